@@ -1,0 +1,37 @@
+"""Reading user files as text, turning OS and encoding failures into located diagnostics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from policy.diagnostics import Diagnostic, Span
+
+MAX_INPUT_BYTES = 16 * 1024 * 1024  # a spec or manifest bundle larger than this is a mistake
+
+
+def read_text(path: str) -> str | Diagnostic:
+    """The file's text, or an ``unreadable-file`` diagnostic saying why not (``-`` reads stdin)."""
+    span = Span(path, 1, 1)
+    try:
+        if path == "-":
+            import sys
+
+            return sys.stdin.read()
+        file = Path(path)
+        if file.is_dir():
+            return _unreadable(span, "is a directory", "name a YAML file inside it")
+        if file.stat().st_size > MAX_INPUT_BYTES:
+            return _unreadable(span, f"is larger than {MAX_INPUT_BYTES // 1024 // 1024} MiB", "split it")
+        return file.read_bytes().decode("utf-8-sig")
+    except FileNotFoundError:
+        return _unreadable(span, "does not exist", "check the path (it is relative to the current directory)")
+    except PermissionError:
+        return _unreadable(span, "cannot be read (permission denied)", "check the file's permissions")
+    except UnicodeDecodeError as err:
+        return _unreadable(span, f"is not UTF-8 text ({err.reason} at byte {err.start})", "save it as UTF-8")
+    except OSError as err:
+        return _unreadable(span, f"cannot be read ({err.strerror})", "check the path")
+
+
+def _unreadable(span: Span, why: str, hint: str) -> Diagnostic:
+    return Diagnostic("unreadable-file", f"{span.file} {why}", (), hint, span=span)

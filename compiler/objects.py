@@ -1,0 +1,192 @@
+"""Builders for the Kubernetes objects gpupolicy emits: names, labels, hashes and metadata set once."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from policy.model import ClusterGPUPolicy
+
+MANAGED_BY = "gpupolicy"
+PART_OF = "gpupolicy"
+Obj = dict[str, Any]
+
+# Generated, content-named ConfigMaps: the old name must outlive the rollout that stops using it,
+# so GitOps tools must not prune it mid-rollout (Argo CD sync-options, Flux prune annotations).
+HASHED_CONFIGMAP_ANNOTATIONS = {
+    "argocd.argoproj.io/sync-options": "Prune=false",
+    "argocd.argoproj.io/sync-wave": "-1",
+    "kustomize.toolkit.fluxcd.io/prune": "disabled",
+}
+
+
+def content_hash(data: Mapping[str, str]) -> str:
+    """Ten hex characters of sha256 over the sorted data: the suffix of content-named ConfigMaps."""
+    digest = hashlib.sha256(json.dumps(dict(data), sort_keys=True, separators=(",", ":")).encode())
+    return digest.hexdigest()[:10]
+
+
+def labels(policy: ClusterGPUPolicy, component: str, **extra: str) -> dict[str, str]:
+    """The standard labels every emitted object carries (app.kubernetes.io/*) plus the user's own."""
+    out = dict(policy.metadata.labels)
+    out.update(
+        {
+            "app.kubernetes.io/managed-by": MANAGED_BY,
+            "app.kubernetes.io/part-of": PART_OF,
+            "app.kubernetes.io/component": component,
+            "gpupolicy.dev/cluster": policy.metadata.name,
+        }
+    )
+    out.update(extra)
+    return out
+
+
+def metadata(
+    name: str,
+    *,
+    namespace: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+) -> Obj:
+    """ObjectMeta; cluster-scoped objects pass no namespace (Kustomize must not add one)."""
+    meta: Obj = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    if labels:
+        meta["labels"] = dict(labels)
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return meta
+
+
+def config_map(
+    base_name: str,
+    data: Mapping[str, str],
+    *,
+    namespace: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str] | None = None,
+) -> Obj:
+    """A content-named ConfigMap: its name ends in the hash of its data, so any change renames it
+    and every workload that mounts it rolls out (no manual rollout restart)."""
+    name = f"{base_name}-{content_hash(data)}"
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": metadata(
+            name,
+            namespace=namespace,
+            labels=labels,
+            annotations={**HASHED_CONFIGMAP_ANNOTATIONS, **(annotations or {})},
+        ),
+        "data": dict(data),
+    }
+
+
+# Argo CD applies lower waves first and waits for them to be healthy (ecosystem.md §1.5): config before
+# the workloads that mount it, and webhook registration after the webhook's pods.
+SYNC_WAVE_CONFIG = "-1"
+SYNC_WAVE_WORKLOAD = "0"
+SYNC_WAVE_REGISTRATION = "1"
+SYNC_WAVE = "argocd.argoproj.io/sync-wave"
+
+NODE_CLASS_LABEL = "gpupolicy.dev/node-class"
+KUSTOMIZE_API_VERSION = "kustomize.config.k8s.io/v1beta1"
+CLUSTER_POLICY_API_VERSION = "nvidia.com/v1"  # GPU Operator CRD (device-plugin.md §7)
+
+# A ClusterPolicy we only patch: apply our fields server-side and never prune the object, because the
+# GPU Operator's Helm release owns it (Argo CD sync-options "ServerSideApply", Flux prune annotation).
+PARTIAL_OBJECT_ANNOTATIONS = {
+    "argocd.argoproj.io/sync-options": "ServerSideApply=true,Prune=false",
+    SYNC_WAVE: SYNC_WAVE_WORKLOAD,
+    "kustomize.toolkit.fluxcd.io/prune": "disabled",
+    "kustomize.toolkit.fluxcd.io/ssa": "Merge",
+}
+
+
+def selector_labels(app: str, node_class: str) -> dict[str, str]:
+    """The immutable selector of a per-class workload: app name and class, nothing that can ever change."""
+    return {"app.kubernetes.io/name": app, NODE_CLASS_LABEL: node_class}
+
+
+def daemon_set(
+    name: str,
+    *,
+    namespace: str,
+    labels: Mapping[str, str],
+    selector: Mapping[str, str],
+    pod_spec: Obj,
+) -> Obj:
+    """A RollingUpdate DaemonSet whose pod template carries only its selector labels (so a change of the
+    cluster's labels never rolls the pods)."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": metadata(name, namespace=namespace, labels={**labels, **selector},
+                             annotations={SYNC_WAVE: SYNC_WAVE_WORKLOAD}),
+        "spec": {
+            "selector": {"matchLabels": dict(selector)},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+            "template": {"metadata": {"labels": dict(selector)}, "spec": pod_spec},
+        },
+    }
+
+
+def host_path_volume(name: str, path: str, kind: str | None = None) -> Obj:
+    host_path: Obj = {"path": path}
+    if kind:
+        host_path["type"] = kind
+    return {"name": name, "hostPath": host_path}
+
+
+def config_file_volume(name: str, config_map_name: str, key: str, path: str) -> Obj:
+    """A ConfigMap volume projecting exactly one key as one file, so the mount holds a file we can name
+    with --config-file (a directory crashes the plugin: device-plugin.md §3, seed 003 pitfall 3)."""
+    return {"name": name, "configMap": {"name": config_map_name, "items": [{"key": key, "path": path}]}}
+
+
+def cluster_policy_patch(name: str, spec: Obj, *, labels: Mapping[str, str]) -> Obj:
+    """The fields of the GPU Operator's ClusterPolicy we own, as a partial object for server-side apply.
+    Cluster-scoped: no namespace."""
+    return {
+        "apiVersion": CLUSTER_POLICY_API_VERSION,
+        "kind": "ClusterPolicy",
+        "metadata": metadata(name, labels=labels, annotations=PARTIAL_OBJECT_ANNOTATIONS),
+        "spec": spec,
+    }
+
+
+def kustomization(
+    resources: list[str],
+    *,
+    labels: Mapping[str, str] | None = None,
+    configurations: list[str] | None = None,
+) -> Obj:
+    """A kustomization.yaml: sorted resources, `labels` that never touch selectors (never the deprecated
+    commonLabels, which rewrites immutable selectors: ecosystem.md §1.1), no namespace."""
+    doc: Obj = {
+        "apiVersion": KUSTOMIZE_API_VERSION,
+        "kind": "Kustomization",
+        "resources": sorted(resources),
+    }
+    if labels:
+        doc["labels"] = [{"pairs": dict(labels), "includeSelectors": False, "includeTemplates": False}]
+    if configurations:
+        doc["configurations"] = sorted(configurations)
+    return doc
+
+
+def name_reference_config(field_paths: list[str], kind: str = "ClusterPolicy") -> Obj:
+    """Kustomize transformer config: ConfigMap names inside a custom resource follow any rename
+    (namePrefix, nameSuffix, generators) like built-in references do (ecosystem.md §1.2)."""
+    return {
+        "nameReference": [
+            {
+                "kind": "ConfigMap",
+                "version": "v1",
+                "fieldSpecs": [{"kind": kind, "path": path} for path in sorted(field_paths)],
+            }
+        ]
+    }

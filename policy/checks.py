@@ -1,0 +1,349 @@
+"""Semantic checks a GPU expert would make on a structurally valid policy."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from policy import catalog, mig, selectors
+from policy.diagnostics import Diagnostic, did_you_mean
+from policy.model import ClusterGPUPolicy, NodeClass, ReplicatedSharing, Tenant
+from policy.offers import replica_sizing, resolve_class
+
+Check = Callable[[ClusterGPUPolicy], Iterator[Diagnostic]]
+
+#: Codes whose span is the offending key rather than its value.
+KEY_LOCATED = frozenset({"unknown-mig-profile", "mig-time-slicing-unknown-profile", "shared-product-selector"})
+
+# Labels GPU Feature Discovery rewrites when sharing is configured; a class selected by them selects
+# different nodes before and after its own config rolls out (k8s-device-plugin internal/lm, -SHARED rule).
+_MUTABLE_GFD_LABELS = (
+    "nvidia.com/gpu.product",
+    "nvidia.com/gpu.replicas",
+    "nvidia.com/gpu.sharing-strategy",
+    "nvidia.com/gpu.count",
+    "nvidia.com/gpu.memory",
+    "nvidia.com/mps.capable",
+)
+_V = tuple[int, int, int]
+
+
+def _classes(policy: ClusterGPUPolicy) -> Iterator[tuple[int, NodeClass]]:
+    return enumerate(policy.spec.node_classes)
+
+
+def _class_path(i: int, *rest: str | int) -> tuple[str | int, ...]:
+    return ("spec", "nodeClasses", i, *rest)
+
+
+def check_unique_names(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+    for field, code, items in (
+        ("nodeClasses", "duplicate-class-name", policy.spec.node_classes),
+        ("tenants", "duplicate-tenant-name", policy.spec.tenants),
+    ):
+        first: dict[str, int] = {}
+        for i, item in enumerate(items):
+            if item.name in first:
+                yield Diagnostic(code, f"{field} {item.name!r} is defined twice (first at index {first[item.name]})",
+                                 ("spec", field, i, "name"), "give every entry its own name")
+            first.setdefault(item.name, i)
+
+
+def check_gpu_models(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+    for i, nc in _classes(policy):
+        model = catalog.lookup(nc.gpu.model)
+        if model is None and nc.gpu.memory is None:
+            near = catalog.suggest(nc.gpu.model)
+            hint = f"did you mean {near[0]!r}?" if near else "use the node's nvidia.com/gpu.product label"
+            yield Diagnostic("unknown-gpu-model", f"GPU model {nc.gpu.model!r} is not in the catalog",
+                             _class_path(i, "gpu", "model"),
+                             hint + " (or state gpu.memory for a model the catalog lacks; MIG is then unavailable)")
+        elif model is not None and nc.gpu.memory is not None and int(nc.gpu.memory) > model.memory_mib:
+            yield Diagnostic("memory-override-on-known-model",
+                             f"gpu.memory {int(nc.gpu.memory)} MiB is more than a {model.product} has "
+                             f"({model.memory_mib} MiB)", _class_path(i, "gpu", "memory"),
+                             "use the node's nvidia.com/gpu.memory label value, in MiB", severity="warning")
+
+
+def check_overlapping_classes(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+    classes = policy.spec.node_classes
+    for j, b in enumerate(classes):
+        for i in range(j):
+            a = classes[i]
+            if a.name == b.name or selectors.conflicting_key(a.node_selector, b.node_selector):
+                continue
+            yield Diagnostic(
+                "overlapping-node-classes",
+                f"node classes {a.name!r} and {b.name!r} can select the same node: a node carrying both "
+                "label sets would run two device plugins that register the same resources",
+                _class_path(j, "nodeSelector"),
+                f"make the selectors disjoint: give both a key with different values (e.g. "
+                f"node.kubernetes.io/instance-type), as {a.name!r} has {_fmt(a.node_selector)}",
+            )
+
+
+def _fmt(labels: dict[str, str]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def check_mutable_selector_labels(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+    for i, nc in _classes(policy):
+        if nc.sharing.mode == "exclusive":
+            continue
+        for key in sorted(nc.node_selector):
+            if key in _MUTABLE_GFD_LABELS:
+                yield Diagnostic(
+                    "shared-product-selector",
+                    f"class {nc.name!r} selects nodes by {key}, which GPU Feature Discovery rewrites once "
+                    f"{nc.sharing.mode} is configured (e.g. Tesla-T4 becomes Tesla-T4-SHARED)",
+                    _class_path(i, "nodeSelector", key),
+                    "select by a label sharing does not change: node.kubernetes.io/instance-type or a node-pool label",
+                )
+
+
+def check_replicas(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+    for i, nc in _classes(policy):
+        for name, shared in (("timeSlicing", nc.sharing.time_slicing), ("mps", nc.sharing.mps)):
+            if shared is not None:
+                yield from _replicated(i, nc, name, shared)
+        if nc.sharing.mig is not None:
+            for profile, replicas in sorted(nc.sharing.mig.time_slicing.items()):
+                if replicas < 2:
+                    yield Diagnostic("replicas-too-low", f"time-slicing {profile} with {replicas} replica does "
+                                     "nothing, and the device plugin refuses replicas below 2",
+                                     _class_path(i, "sharing", "mig", "timeSlicing", profile),
+                                     f"remove {profile} from timeSlicing, or use 2 or more")
+
+
+def _replicated(i: int, nc: NodeClass, name: str, shared: ReplicatedSharing) -> Iterator[Diagnostic]:
+    path = _class_path(i, "sharing", name)
+    if shared.replicas is not None and shared.replicas < 2:
+        yield Diagnostic("replicas-too-low", f"{name} with replicas {shared.replicas} shares nothing; the device "
+                         "plugin refuses replicas below 2 ('number of replicas must be >= 2')",
+                         (*path, "replicas"), "use replicas: 2 or more, or sharing: exclusive")
+        return
+    if shared.sizing is None:
+        return
+    computed = replica_sizing(nc)
+    if computed is None:
+        return  # the model is unknown: check_gpu_models already said so
+    if computed.replicas == 0:
+        yield Diagnostic("sizing-exceeds-memory", f"memoryPerReplica {computed.per_replica_mib} MiB does not fit "
+                         f"in {computed.usable_mib} MiB usable ({computed.explain()})",
+                         (*path, "sizing", "memoryPerReplica"), "lower the reserve or use sharing: exclusive")
+    elif computed.replicas == 1:
+        yield Diagnostic("sizing-below-two-replicas", f"sizing yields 1 replica ({computed.explain()}): the GPU "
+                         "cannot be shared at this memory per replica", (*path, "sizing", "memoryPerReplica"),
+                         "use sharing: exclusive, or lower memoryPerReplica / the reserve")
+
+
+def check_mig(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+    for i, nc in _classes(policy):
+        if nc.sharing.mig is None:
+            continue
+        path = _class_path(i, "sharing", "mig")
+        model = catalog.lookup(nc.gpu.model)
+        if model is None or model.mig is None:
+            name = model.product if model else nc.gpu.model
+            capable = ", ".join(sorted({m.display_name for m in catalog.models() if m.mig_capable})[:8])
+            yield Diagnostic("mig-unsupported-gpu", f"{name} does not support MIG", path,
+                             f"use time-slicing or MPS on it; MIG-capable GPUs include {capable}")
+            continue
+        yield from _mig_groups(i, nc)
+        yield from _mig_layouts(i, nc, model.mig)
+
+
+def _mig_groups(i: int, nc: NodeClass) -> Iterator[Diagnostic]:
+    mig_spec = nc.sharing.mig
+    assert mig_spec is not None
+    if mig_spec.groups is None:
+        return
+    owner: dict[int, int] = {}
+    for g, group in enumerate(mig_spec.groups):
+        gpus = range(nc.gpu.count) if group.gpus == "all" else group.gpus
+        for gpu in gpus:
+            gpath = _class_path(i, "sharing", "mig", "groups", g, "gpus")
+            if gpu >= nc.gpu.count:
+                yield Diagnostic("mig-group-gpu-out-of-range", f"GPU index {gpu} is out of range: the class has "
+                                 f"{nc.gpu.count} GPUs (0-{nc.gpu.count - 1})", gpath, "use indices below gpu.count")
+            elif gpu in owner:
+                yield Diagnostic("mig-group-gpu-overlap", f"GPU {gpu} is in groups {owner[gpu]} and {g}; "
+                                 "mig-parted would apply both and the last one wins", gpath,
+                                 "list every GPU in exactly one group")
+            owner.setdefault(gpu, g)
+    missing = sorted(set(range(nc.gpu.count)) - owner.keys())
+    if missing:
+        yield Diagnostic("mig-groups-incomplete", f"GPUs {missing} are in no group: mig-parted leaves them as they "
+                         "are, so the class's capacity is unknown", _class_path(i, "sharing", "mig", "groups"),
+                         "add a group for them (layout, or gpus: all)", severity="warning")
+
+
+def _mig_layouts(i: int, nc: NodeClass, geometry: catalog.MigGeometry) -> Iterator[Diagnostic]:
+    mig_spec = nc.sharing.mig
+    assert mig_spec is not None
+    names = [p.name for p in geometry.profiles]
+    seen_profiles: set[str] = set()
+    for g, (gpus, layout) in enumerate(mig_spec.layouts(nc.gpu.count)):
+        base = ("layout",) if mig_spec.layout is not None else ("groups", g, "layout")
+        lpath = _class_path(i, "sharing", "mig", *base)
+        unknown = [p for p in layout if geometry.profile(p) is None]
+        for p in unknown:
+            near = did_you_mean(p, names)
+            yield Diagnostic("unknown-mig-profile", f"{nc.gpu.model} has no MIG profile {p!r}", (*lpath, p),
+                             (f"did you mean {near[0]!r}? " if near else "") + f"its profiles: {', '.join(names)}")
+        seen_profiles.update(layout)
+        if unknown or not gpus:
+            continue
+        result = mig.place(geometry, layout)
+        if not result.fits:
+            fits = f"; what would fit instead: {', '.join(result.would_fit)}" if result.would_fit else ""
+            yield Diagnostic("mig-layout-does-not-fit", f"MIG layout {_fmt_layout(layout)} does not fit one "
+                             f"{nc.gpu.model}: {result.reason}", lpath,
+                             f"remove {result.unplaceable or 'a profile'}{fits}")
+    if mig_spec.strategy == "single" and len(seen_profiles) > 1:
+        yield Diagnostic("mig-single-needs-one-profile", f"strategy single advertises every MIG device as "
+                         f"nvidia.com/gpu, so all must be one profile (got {', '.join(sorted(seen_profiles))})",
+                         _class_path(i, "sharing", "mig", "strategy"), "use strategy: mixed, or one profile")
+    for profile in sorted(mig_spec.time_slicing):
+        tpath = _class_path(i, "sharing", "mig", "timeSlicing", profile)
+        if profile not in seen_profiles:
+            yield Diagnostic("mig-time-slicing-unknown-profile", f"timeSlicing names {profile!r}, which the "
+                             "layout does not create", tpath,
+                             f"time-slice one of {', '.join(sorted(seen_profiles))}")
+        elif mig_spec.strategy != "mixed":
+            yield Diagnostic("mig-time-slicing-needs-mixed", "time-slicing on MIG profiles needs strategy mixed "
+                             "(each profile is then its own nvidia.com/mig-<profile> resource)",
+                             _class_path(i, "sharing", "mig", "strategy"), "set strategy: mixed")
+
+
+def _fmt_layout(layout: dict[str, int]) -> str:
+    return "{" + ", ".join(f"{p}: {n}" for p, n in sorted(layout.items())) + "}"
+
+
+def check_mps(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+    plugin = policy.spec.device_plugin
+    for i, nc in _classes(policy):
+        if nc.sharing.mps is None:
+            continue
+        path = _class_path(i, "sharing", "mps")
+        if plugin.version_tuple < (0, 15, 0):
+            yield Diagnostic("mps-unsupported-version", f"MPS sharing needs device plugin v0.15.0 or newer "
+                             f"(spec uses {plugin.version}, which silently ignores sharing.mps)", path,
+                             "set spec.devicePlugin.version to v0.15.0 or newer, or use timeSlicing")
+        model = catalog.lookup(nc.gpu.model)
+        replicas = resolve_class(nc).offers[0].replicas
+        where = (*path, "replicas") if nc.sharing.mps.replicas is not None else (*path, "sizing")
+        if model is not None and replicas > model.mps_max_clients:
+            yield Diagnostic("mps-replicas-above-client-cap", f"MPS allows at most {model.mps_max_clients} clients "
+                             f"per {model.product} (compute capability {model.compute_capability}); "
+                             f"replicas is {replicas}", where, f"use at most {model.mps_max_clients} replicas")
+
+
+# Flags and the plugin release that first reads them (k8s-device-plugin api/config/v1 per tag).
+_FLAG_GATES: tuple[tuple[str, object, _V, str], ...] = (
+    ("deviceListStrategy", "cdi-annotations", (0, 14, 0), "the cdi-annotations device list strategy"),
+    ("deviceListStrategy", "cdi-cri", (0, 15, 0), "the cdi-cri device list strategy"),
+)
+
+
+def check_plugin_version(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+    plugin = policy.spec.device_plugin
+    version = plugin.version_tuple
+    if version < (0, 12, 0):
+        yield Diagnostic("unsupported-plugin-version", f"device plugin {plugin.version} reads no config file "
+                         "(config files arrived in v0.12.0)", ("spec", "devicePlugin", "version"),
+                         "upgrade the plugin to v0.12.0 or newer (v0.14.5 is the oldest commonly deployed)")
+        return
+    flags = plugin.flags.model_dump(by_alias=True)
+    for flag, value, since, what in _FLAG_GATES:
+        if flags.get(flag) == value and version < since:
+            yield Diagnostic("version-unsupported-feature", f"{what} needs device plugin "
+                             f"v{'.'.join(map(str, since))} or newer (spec uses {plugin.version})",
+                             ("spec", "devicePlugin", "flags", flag), "upgrade the plugin or pick another value")
+    if plugin.deploy == "gpu-operator" and plugin.image is not None:
+        yield Diagnostic("operator-image-set", "devicePlugin.image is ignored with deploy: gpu-operator (the "
+                         "ClusterPolicy chooses the plugin image)", ("spec", "devicePlugin", "image"),
+                         "remove image, or set it in the ClusterPolicy's devicePlugin.version", severity="warning")
+    if (int(policy.spec.kubernetes_version.split(".")[1]) < 28) and policy.spec.admission.enabled:
+        yield Diagnostic("version-unsupported-feature", "the webhook registration uses matchConditions, which need "
+                         "Kubernetes 1.28 or newer", ("spec", "kubernetesVersion"),
+                         "target 1.28 or newer, or set admission.enabled: false")
+
+
+def check_tenants(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+    names = {nc.name for nc in policy.spec.node_classes}
+    for t, tenant in enumerate(policy.spec.tenants):
+        for c, cls in enumerate(tenant.classes):
+            if cls not in names:
+                near = did_you_mean(cls, names)
+                yield Diagnostic("tenant-unknown-class", f"tenant {tenant.name!r} names class {cls!r}, which does "
+                                 "not exist", ("spec", "tenants", t, "classes", c),
+                                 f"did you mean {near[0]!r}?" if near else f"classes: {', '.join(sorted(names))}")
+        if set(tenant.classes) <= names and not _usable_classes(policy, tenant):
+            yield Diagnostic("tenant-mode-unavailable", f"tenant {tenant.name!r} may use {', '.join(tenant.allow)}, "
+                             "but no node class it may use offers that", ("spec", "tenants", t, "allow"),
+                             "allow a mode one of its classes offers, or add such a class")
+    yield from _tenant_overlaps(policy.spec.tenants)
+    yield from _tenant_selectors_negatable(policy)
+
+
+def tenant_requirements(tenant: Tenant) -> tuple[selectors.Requirement, ...]:
+    return selectors.requirements_from(
+        tenant.namespace_selector.match_labels,
+        [(e.key, e.operator, e.values) for e in tenant.namespace_selector.match_expressions],
+    )
+
+
+def _tenant_selectors_negatable(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+    """The webhook registration routes namespaces no tenant selects to the default rules by negating each
+    tenant's selector; only one-requirement selectors have a negation the API server can evaluate."""
+    if not policy.spec.admission.enabled:
+        return
+    for t, tenant in enumerate(policy.spec.tenants):
+        reqs = tenant_requirements(tenant)
+        if selectors.negate(reqs) is None:
+            yield Diagnostic("tenant-selector-too-complex", f"tenant {tenant.name!r} selects namespaces with "
+                             f"{len(reqs)} requirements; the webhook can only route namespaces that no tenant "
+                             "selects when each tenant selects by one label requirement",
+                             ("spec", "tenants", t, "namespaceSelector"),
+                             "label the tenant's namespaces with one label (e.g. gpu-tenant: <name>) and select "
+                             "by it, or use one matchExpressions entry (key In [a, b])")
+
+
+def _usable_classes(policy: ClusterGPUPolicy, tenant: Tenant) -> list[str]:
+    """Classes the tenant may land on: named by it (if it names any) with an offer of allowed modes only."""
+    allowed = set(tenant.allow)
+    return [
+        nc.name
+        for nc in policy.spec.node_classes
+        if (not tenant.classes or nc.name in tenant.classes)
+        and any(set(o.modes) <= allowed for o in resolve_class(nc).offers)
+    ]
+
+
+def _tenant_overlaps(tenants: tuple[Tenant, ...]) -> Iterator[Diagnostic]:
+    reqs = [tenant_requirements(t) for t in tenants]
+    for j in range(len(tenants)):
+        for i in range(j):
+            if tenants[i].name != tenants[j].name and selectors.may_overlap(reqs[i], reqs[j]):
+                yield Diagnostic("tenant-overlap", f"tenants {tenants[i].name!r} and {tenants[j].name!r} can select "
+                                 f"the same namespace; pods there get only the sharing modes both allow",
+                                 ("spec", "tenants", j, "namespaceSelector"),
+                                 "make the selectors disjoint if that is not what you want", severity="warning")
+
+
+CHECKS: tuple[Check, ...] = (
+    check_unique_names,
+    check_gpu_models,
+    check_overlapping_classes,
+    check_mutable_selector_labels,
+    check_replicas,
+    check_mig,
+    check_mps,
+    check_plugin_version,
+    check_tenants,
+)
+
+
+def run(policy: ClusterGPUPolicy) -> tuple[Diagnostic, ...]:
+    """Every finding of every check (checks never stop at the first)."""
+    return tuple(d for check in CHECKS for d in check(policy))

@@ -1,0 +1,367 @@
+"""The ClusterGPUPolicy spec: pydantic models of the one file a platform team reviews."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from policy import sizing
+
+API_VERSION = "gpupolicy.dev/v1alpha1"
+KIND = "ClusterGPUPolicy"
+
+SharingMode = Literal["exclusive", "time-slicing", "mps", "mig"]
+SHARING_MODES: tuple[SharingMode, ...] = ("exclusive", "time-slicing", "mps", "mig")
+RuleMode = Literal["enforce", "warn", "audit"]
+
+DnsLabel = Annotated[
+    str,
+    StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40),
+    Field(description="Lowercase DNS label (RFC 1123), at most 40 characters so derived names stay valid."),
+]
+PluginVersion = Annotated[
+    str,
+    StringConstraints(pattern=r"^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$"),
+    Field(description="Device-plugin release tag, e.g. v0.14.5 or v0.17.1."),
+]
+LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")]
+LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=316)]
+MigProfileName = Annotated[
+    str,
+    StringConstraints(pattern=r"^(\d+c\.)?\d+g\.\d+gb([+-][a-z][a-z0-9]*(\.[a-z0-9]+)*(,[a-z][a-z0-9]*(\.[a-z0-9]+)*)*)?$"),
+    Field(description="MIG profile as nvidia-smi names it, e.g. 1g.12gb, 3g.40gb, 1g.10gb+me."),
+]
+
+
+def _memory(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise PydanticCustomError(
+            "wrong-type", "expected a memory quantity such as 4621Mi or 48Gi", {"hint": "write e.g. 4621Mi"}
+        )
+    try:
+        return sizing.parse_memory_mib(value)
+    except ValueError as err:
+        raise PydanticCustomError(
+            "invalid-value", "{problem}", {"problem": str(err), "hint": "write a quantity such as 4621Mi or 48Gi"}
+        ) from None
+
+
+MemoryMiB = Annotated[
+    str | int,
+    AfterValidator(_memory),
+    Field(description="Memory as a Kubernetes quantity (4621Mi, 4.5Gi, 48Gi) or a bare number of MiB."),
+]
+
+
+class Model(BaseModel):
+    """Base of every spec model: strict, immutable, camelCase in YAML, snake_case in Python."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+    )
+
+
+class Metadata(Model):
+    name: DnsLabel
+    """Cluster name; it names the compiled tree and prefixes nothing else."""
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    """Labels copied onto every generated object."""
+
+
+class Toleration(Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Exists"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+
+class PluginFlags(Model):
+    """Device-plugin flags written into every class's config file (flags section)."""
+
+    fail_on_init_error: StrictBool = True
+    """Crash the plugin when NVML cannot start (the plugin's default). TKE ships false."""
+    pass_device_specs: StrictBool = False
+    """Pass /dev/nvidia* device specs to containers; needed with the CPU manager."""
+    device_list_strategy: Literal["envvar", "volume-mounts", "cdi-annotations", "cdi-cri"] = "envvar"
+    device_id_strategy: Literal["uuid", "index"] = "uuid"
+    nvidia_driver_root: str = "/"
+
+
+class OperatorSettings(Model):
+    """Where the GPU Operator lives (deploy: gpu-operator only)."""
+
+    cluster_policy_name: str = "cluster-policy"
+    namespace: DnsLabel = "gpu-operator"
+
+
+class DevicePlugin(Model):
+    deploy: Literal["standalone", "gpu-operator"] = "standalone"
+    """standalone: one device-plugin DaemonSet per node class; gpu-operator: named configs for its config-manager."""
+    version: PluginVersion = "v0.17.1"
+    """Device-plugin release the configs are written for; it gates MPS, flags and formats."""
+    image: str | None = None
+    """Plugin image; defaults to nvcr.io/nvidia/k8s-device-plugin:<version> (standalone only)."""
+    namespace: DnsLabel = "kube-system"
+    """Namespace of the standalone DaemonSets and their ConfigMap."""
+    priority_class_name: str = "system-node-critical"
+    tolerations: tuple[Toleration, ...] = (
+        Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),
+        Toleration(key="CriticalAddonsOnly", operator="Exists"),
+    )
+    flags: PluginFlags = PluginFlags()
+    operator: OperatorSettings = OperatorSettings()
+
+    @property
+    def version_tuple(self) -> tuple[int, int, int]:
+        major, minor, patch = self.version.lstrip("v").split("-")[0].split(".")
+        return int(major), int(minor), int(patch)
+
+    @property
+    def effective_image(self) -> str:
+        return self.image or f"nvcr.io/nvidia/k8s-device-plugin:{self.version}"
+
+
+class Gpu(Model):
+    model: str = Field(min_length=1)
+    """GPU model: the nvidia.com/gpu.product label (NVIDIA-L20, Tesla-T4) or an alias (L20, T4, H20)."""
+    count: StrictInt = Field(ge=1, le=64)
+    """Physical GPUs per node."""
+    memory: MemoryMiB | None = None
+    """Memory per GPU as the node reports it (nvidia.com/gpu.memory). Needed for models missing from the catalog."""
+
+
+class Sizing(Model):
+    memory_per_replica: MemoryMiB
+    """Memory one replica's workload needs, measured (e.g. 4621Mi)."""
+    reserve: Annotated[str, StringConstraints(pattern=r"^(\d+(\.\d+)?%|\d+(\.\d+)?(Ki|Mi|Gi|Ti|k|M|G|T)?)$")] = "0%"
+    """Memory kept free per GPU: a percentage of the total (10%) or a quantity (2Gi)."""
+
+
+class ReplicatedSharing(Model):
+    """Shared replicas per GPU: give replicas, or let sizing derive them from memory."""
+
+    replicas: StrictInt | None = Field(default=None, ge=1, le=1024)
+    sizing: Sizing | None = None
+    rename_by_default: StrictBool = False
+    """Advertise nvidia.com/gpu.shared instead of nvidia.com/gpu (the product label then keeps no -SHARED)."""
+    fail_requests_greater_than_one: StrictBool = True
+    """Reject a container that asks for more than one replica (kubelet UnexpectedAdmissionError)."""
+
+    @model_validator(mode="after")
+    def _replicas_or_sizing(self) -> ReplicatedSharing:
+        if (self.replicas is None) == (self.sizing is None):
+            raise PydanticCustomError(
+                "replicas-or-sizing",
+                "give exactly one of replicas or sizing (got {got})",
+                {"got": "both" if self.replicas is not None else "neither"},
+            )
+        return self
+
+
+class TimeSlicing(ReplicatedSharing):
+    pass
+
+
+class Mps(ReplicatedSharing):
+    pass
+
+
+class MigGroup(Model):
+    gpus: tuple[Annotated[StrictInt, Field(ge=0)], ...] | Literal["all"]
+    """GPU indices this layout applies to, or all."""
+    layout: dict[MigProfileName, Annotated[StrictInt, Field(ge=1, le=7)]] = Field(min_length=1)
+
+
+class Mig(Model):
+    strategy: Literal["single", "mixed"] = "mixed"
+    """single: every MIG device is nvidia.com/gpu; mixed: one nvidia.com/mig-<profile> resource per profile."""
+    layout: dict[MigProfileName, Annotated[StrictInt, Field(ge=1, le=7)]] | None = None
+    """Profile counts per GPU, applied to every GPU of the node."""
+    groups: tuple[MigGroup, ...] | None = None
+    """Per-GPU-group layouts, instead of one layout for all GPUs."""
+    time_slicing: dict[MigProfileName, Annotated[StrictInt, Field(ge=1, le=1024)]] = Field(default_factory=dict)
+    """Time-slicing replicas on top of MIG profiles, e.g. {1g.12gb: 2}."""
+    fail_requests_greater_than_one: StrictBool = True
+
+    @model_validator(mode="after")
+    def _layout_or_groups(self) -> Mig:
+        if (self.layout is None) == (self.groups is None):
+            raise PydanticCustomError(
+                "layout-or-groups",
+                "give exactly one of layout or groups (got {got})",
+                {"got": "both" if self.layout is not None else "neither"},
+            )
+        return self
+
+    def layouts(self, gpu_count: int) -> tuple[tuple[tuple[int, ...], dict[str, int]], ...]:
+        """(GPU indices, profile counts) for every group; a plain layout covers all GPUs."""
+        if self.layout is not None:
+            return ((tuple(range(gpu_count)), dict(self.layout)),)
+        assert self.groups is not None
+        return tuple(
+            (tuple(range(gpu_count)) if g.gpus == "all" else tuple(g.gpus), dict(g.layout)) for g in self.groups
+        )
+
+
+def _exclusive_schema(schema: dict[str, Any]) -> None:
+    original = dict(schema)
+    schema.clear()
+    schema["anyOf"] = [{"const": "exclusive", "type": "string"}, original]
+    schema["description"] = "exclusive (whole GPUs), or exactly one of timeSlicing, mps, mig."
+
+
+class Sharing(Model):
+    """How a class's GPUs are shared: `exclusive`, or one of timeSlicing, mps, mig."""
+
+    model_config = ConfigDict(json_schema_extra=_exclusive_schema)
+
+    time_slicing: TimeSlicing | None = None
+    mps: Mps | None = None
+    mig: Mig | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        if value == "exclusive":
+            return {}
+        if isinstance(value, str):
+            raise PydanticCustomError(
+                "invalid-value",
+                "sharing must be exclusive or a mapping with one of timeSlicing, mps, mig (got '{got}')",
+                {"got": value, "hint": "write sharing: exclusive, or sharing: {timeSlicing: {replicas: 4}}"},
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one_mode(self) -> Sharing:
+        given = [name for name in ("timeSlicing", "mps", "mig") if getattr(self, to_snake(name)) is not None]
+        if {"mps", "mig"} <= set(given):
+            raise PydanticCustomError(
+                "sharing-modes-conflict",
+                "MPS cannot share MIG devices (the device plugin refuses: sharing using MPS is not supported "
+                "for MIG devices)",
+            )
+        if len(given) > 1:
+            raise PydanticCustomError(
+                "sharing-modes-conflict",
+                "give one sharing mode per class, not {given}",
+                {"given": " and ".join(given)},
+            )
+        return self
+
+    @property
+    def mode(self) -> SharingMode:
+        if self.time_slicing is not None:
+            return "time-slicing"
+        if self.mps is not None:
+            return "mps"
+        if self.mig is not None:
+            return "mig"
+        return "exclusive"
+
+
+def to_snake(camel: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
+
+
+class NodeClass(Model):
+    name: DnsLabel
+    """Class name; it names the device-plugin config key and the DaemonSet."""
+    node_selector: dict[LabelKey, LabelValue] = Field(min_length=1)
+    """Labels the class's nodes already carry (instance type, pool); classes must not overlap."""
+    nodes: StrictInt | None = Field(default=None, ge=0)
+    """Number of nodes in the class, for the capacity report only."""
+    gpu: Gpu
+    sharing: Sharing = Sharing()
+    description: str = ""
+
+
+class LabelSelectorRequirement(Model):
+    key: LabelKey
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: tuple[str, ...] = ()
+
+
+class LabelSelector(Model):
+    match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    match_expressions: tuple[LabelSelectorRequirement, ...] = ()
+
+
+class Tenant(Model):
+    name: DnsLabel
+    namespace_selector: LabelSelector
+    """Namespaces that belong to this tenant, by their labels (kubernetes.io/metadata.name works)."""
+    allow: tuple[SharingMode, ...] = Field(min_length=1)
+    """Sharing modes this tenant's pods may land on."""
+    classes: tuple[DnsLabel, ...] = ()
+    """If set, the only node classes this tenant may use."""
+    production: StrictBool = False
+    """Marks latency-sensitive production tenants (explain advises on isolation)."""
+
+
+RuleId = Literal[
+    "gpu-request-unsatisfiable",
+    "shared-gpu-request-above-one",
+    "tenant-sharing-mode-denied",
+    "mig-strategy-mismatch",
+]
+
+
+class Certificates(Model):
+    source: Literal["cert-manager", "secret"] = "cert-manager"
+    """cert-manager issues and rotates the serving certificate and injects the CA; secret uses an existing Secret."""
+    secret_name: str = "gpupolicy-webhook-tls"
+    ca_bundle: str | None = None
+    """Base64 PEM CA bundle for source: secret (kept out of Git if empty: patch it in your overlay)."""
+
+
+class Admission(Model):
+    enabled: StrictBool = True
+    enforcement: RuleMode = "enforce"
+    """Default mode of every rule: enforce denies, warn returns warnings, audit adds audit annotations."""
+    rules: dict[RuleId, RuleMode] = Field(default_factory=dict)
+    """Per-rule mode overrides."""
+    failure_policy: Literal["Fail", "Ignore"] = "Fail"
+    timeout_seconds: StrictInt = Field(default=3, ge=1, le=30)
+    replicas: StrictInt = Field(default=3, ge=1, le=20)
+    namespace: DnsLabel = "gpupolicy-system"
+    image: str = "ghcr.io/gpupolicy/gpupolicy-webhook:0.1.0"
+    certificates: Certificates = Certificates()
+    excluded_namespaces: tuple[str, ...] = ("kube-system",)
+    """Namespaces never sent to the webhook (its own namespace is always added)."""
+    default_allow: tuple[SharingMode, ...] = SHARING_MODES
+    """Sharing modes for namespaces no tenant selects."""
+
+
+class Spec(Model):
+    kubernetes_version: Annotated[str, StringConstraints(pattern=r"^1\.\d+$")] = "1.30"
+    """Oldest Kubernetes minor version the output must run on (manifests are validated against it)."""
+    device_plugin: DevicePlugin = DevicePlugin()
+    node_classes: tuple[NodeClass, ...] = Field(min_length=1)
+    tenants: tuple[Tenant, ...] = ()
+    admission: Admission = Admission()
+
+
+class ClusterGPUPolicy(Model):
+    """A cluster's GPU-sharing policy: node classes, sharing modes, tenants and admission."""
+
+    api_version: Literal["gpupolicy.dev/v1alpha1"]
+    kind: Literal["ClusterGPUPolicy"]
+    metadata: Metadata
+    spec: Spec
