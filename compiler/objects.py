@@ -162,7 +162,6 @@ def kustomization(
     resources: list[str],
     *,
     labels: Mapping[str, str] | None = None,
-    configurations: list[str] | None = None,
 ) -> Obj:
     """A kustomization.yaml: sorted resources, `labels` that never touch selectors (never the deprecated
     commonLabels, which rewrites immutable selectors: ecosystem.md §1.1), no namespace."""
@@ -173,20 +172,5 @@ def kustomization(
     }
     if labels:
         doc["labels"] = [{"pairs": dict(labels), "includeSelectors": False, "includeTemplates": False}]
-    if configurations:
-        doc["configurations"] = sorted(configurations)
     return doc
 
-
-def name_reference_config(field_paths: list[str], kind: str = "ClusterPolicy") -> Obj:
-    """Kustomize transformer config: ConfigMap names inside a custom resource follow any rename
-    (namePrefix, nameSuffix, generators) like built-in references do (ecosystem.md §1.2)."""
-    return {
-        "nameReference": [
-            {
-                "kind": "ConfigMap",
-                "version": "v1",
-                "fieldSpecs": [{"kind": kind, "path": path} for path in sorted(field_paths)],
-            }
-        ]
-    }

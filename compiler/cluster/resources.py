@@ -1,0 +1,386 @@
+"""Frozen records of the cluster objects verify and discover read, parsed from Kubernetes API JSON."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+Json = Mapping[str, Any]
+NVIDIA_PREFIX = "nvidia.com/"
+
+
+@dataclass(frozen=True)
+class OwnerRef:
+    kind: str
+    name: str
+    uid: str
+    controller: bool
+
+
+@dataclass(frozen=True)
+class Container:
+    name: str
+    image: str
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    requests: Mapping[str, str]
+    limits: Mapping[str, str]
+    waiting_reason: str = ""
+    """Why the container is not running (CrashLoopBackOff, ContainerCreating, ...), from the pod's status."""
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    labels: Mapping[str, str]
+    capacity: Mapping[str, int]
+    """Extended resources only (nvidia.com/* and other integer counts); cpu and memory are left out."""
+    allocatable: Mapping[str, int]
+    unschedulable: bool = False
+    ready: bool = True
+    kubelet_version: str = ""
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    name: str
+    uid: str
+    phase: str
+    node_name: str
+    owners: tuple[OwnerRef, ...]
+    containers: tuple[Container, ...]
+    init_containers: tuple[Container, ...]
+    created: datetime | None
+    ready: bool
+    labels: Mapping[str, str] = field(default_factory=dict)
+    spec: Json = field(default_factory=dict)
+    """The pod's spec as the API returned it: what the admission rule engine evaluates."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def controller(self) -> OwnerRef | None:
+        return next((o for o in self.owners if o.controller), None)
+
+
+@dataclass(frozen=True)
+class DaemonSet:
+    namespace: str
+    name: str
+    uid: str
+    labels: Mapping[str, str]
+    owners: tuple[OwnerRef, ...]
+    generation: int
+    observed_generation: int
+    selector: Mapping[str, str]
+    """spec.selector.matchLabels: how its pods are found."""
+    node_selector: Mapping[str, str]
+    containers: tuple[Container, ...]
+    config_maps: tuple[str, ...]
+    """Names of the ConfigMaps its pod template mounts as volumes."""
+    desired: int
+    current: int
+    updated: int
+    available: int
+    ready: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class ReplicaSet:
+    namespace: str
+    name: str
+    uid: str
+    owners: tuple[OwnerRef, ...]
+    replicas: int
+    ready: int
+    available: int
+    created: datetime | None
+
+    def controller(self) -> OwnerRef | None:
+        return next((o for o in self.owners if o.controller), None)
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Deployment:
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    observed_generation: int
+    replicas: int
+    updated: int
+    ready: int
+    available: int
+    conditions: tuple[Condition, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class Event:
+    namespace: str
+    involved_kind: str
+    involved_name: str
+    involved_uid: str
+    reason: str
+    message: str
+    count: int
+    first_seen: datetime | None
+    last_seen: datetime | None
+
+
+@dataclass(frozen=True)
+class ConfigMap:
+    namespace: str
+    name: str
+    data: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What one read of the cluster saw; every list is complete for the scope that was read."""
+
+    context: str
+    server: str
+    taken_at: datetime
+    """The API server's clock (its Date header) when the read began: ages are measured from it."""
+    nodes: tuple[Node, ...]
+    daemonsets: tuple[DaemonSet, ...] = ()
+    pods: tuple[Pod, ...] = ()
+    """Pending pods of every namespace, plus the pods of device-plugin DaemonSets."""
+    events: tuple[Event, ...] = ()
+    """FailedScheduling events."""
+    replicasets: tuple[ReplicaSet, ...] = ()
+    deployments: tuple[Deployment, ...] = ()
+    configmaps: tuple[ConfigMap, ...] = ()
+
+
+# --- parsing API JSON ------------------------------------------------------------------------------------------------
+
+
+def parse_time(value: Any) -> datetime | None:
+    """An RFC 3339 timestamp of the API (``2024-05-14T18:34:02Z``, or with fractional seconds) as aware UTC."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def parse_count(value: Any) -> int | None:
+    """An extended-resource quantity ("8" or 8) as an int; None for quantities that are not whole counts."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _strings(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (value or {}).items()} if isinstance(value, Mapping) else {}
+
+
+def _counts(value: Any) -> dict[str, int]:
+    out = {}
+    for key, raw in _strings(value).items():
+        count = parse_count(raw)
+        if count is not None and key not in ("cpu", "memory", "pods", "ephemeral-storage"):
+            out[key] = count
+    return out
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _meta(obj: Json) -> Json:
+    meta = obj.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _owners(meta: Json) -> tuple[OwnerRef, ...]:
+    return tuple(
+        OwnerRef(str(o.get("kind", "")), str(o.get("name", "")), str(o.get("uid", "")), bool(o.get("controller")))
+        for o in meta.get("ownerReferences") or ()
+        if isinstance(o, Mapping)
+    )
+
+
+def _containers(specs: Any, statuses: Any = ()) -> tuple[Container, ...]:
+    waiting = {}
+    for status in statuses or ():
+        state = (status.get("state") or {}).get("waiting") or {}
+        waiting[status.get("name")] = str(state.get("reason", ""))
+    out = []
+    for c in specs or ():
+        resources = c.get("resources") or {}
+        out.append(Container(
+            name=str(c.get("name", "")),
+            image=str(c.get("image", "")),
+            command=tuple(str(a) for a in c.get("command") or ()),
+            args=tuple(str(a) for a in c.get("args") or ()),
+            requests=_strings(resources.get("requests")),
+            limits=_strings(resources.get("limits")),
+            waiting_reason=waiting.get(c.get("name"), ""),
+        ))
+    return tuple(out)
+
+
+def _condition_true(conditions: Any, kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True" for c in conditions or ())
+
+
+def node_from(obj: Json) -> Node:
+    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+    conditions = status.get("conditions")
+    return Node(
+        name=str(meta.get("name", "")),
+        labels=_strings(meta.get("labels")),
+        capacity=_counts(status.get("capacity")),
+        allocatable=_counts(status.get("allocatable")),
+        unschedulable=bool(spec.get("unschedulable")),
+        # A node whose status lists no conditions (a trimmed fixture) is taken as ready, not as broken.
+        ready=_condition_true(conditions, "Ready") if conditions else True,
+        kubelet_version=str((status.get("nodeInfo") or {}).get("kubeletVersion", "")),
+    )
+
+
+def pod_from(obj: Json) -> Pod:
+    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+    return Pod(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        phase=str(status.get("phase", "")),
+        node_name=str(spec.get("nodeName", "")),
+        owners=_owners(meta),
+        containers=_containers(spec.get("containers"), status.get("containerStatuses")),
+        init_containers=_containers(spec.get("initContainers"), status.get("initContainerStatuses")),
+        created=parse_time(meta.get("creationTimestamp")),
+        ready=_condition_true(status.get("conditions"), "Ready"),
+        labels=_strings(meta.get("labels")),
+        spec=dict(spec),
+    )
+
+
+def _config_map_volumes(pod_spec: Json) -> tuple[str, ...]:
+    names = []
+    for volume in pod_spec.get("volumes") or ():
+        name = (volume.get("configMap") or {}).get("name")
+        if name:
+            names.append(str(name))
+        for source in (volume.get("projected") or {}).get("sources") or ():
+            projected = (source.get("configMap") or {}).get("name")
+            if projected:
+                names.append(str(projected))
+    return tuple(names)
+
+
+def daemonset_from(obj: Json) -> DaemonSet:
+    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+    template = (spec.get("template") or {}).get("spec") or {}
+    return DaemonSet(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        labels=_strings(meta.get("labels")),
+        owners=_owners(meta),
+        generation=_int(meta.get("generation")),
+        observed_generation=_int(status.get("observedGeneration")),
+        selector=_strings((spec.get("selector") or {}).get("matchLabels")),
+        node_selector=_strings(template.get("nodeSelector")),
+        containers=_containers(template.get("containers")),
+        config_maps=_config_map_volumes(template),
+        desired=_int(status.get("desiredNumberScheduled")),
+        current=_int(status.get("currentNumberScheduled")),
+        updated=_int(status.get("updatedNumberScheduled")),
+        available=_int(status.get("numberAvailable")),
+        ready=_int(status.get("numberReady")),
+    )
+
+
+def replicaset_from(obj: Json) -> ReplicaSet:
+    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+    return ReplicaSet(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        owners=_owners(meta),
+        replicas=_int(spec.get("replicas")),
+        ready=_int(status.get("readyReplicas")),
+        available=_int(status.get("availableReplicas")),
+        created=parse_time(meta.get("creationTimestamp")),
+    )
+
+
+def deployment_from(obj: Json) -> Deployment:
+    meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+    return Deployment(
+        namespace=str(meta.get("namespace", "")),
+        name=str(meta.get("name", "")),
+        uid=str(meta.get("uid", "")),
+        generation=_int(meta.get("generation")),
+        observed_generation=_int(status.get("observedGeneration")),
+        # spec.replicas defaults to 1 when omitted (apps/v1 defaulting).
+        replicas=_int(spec.get("replicas", 1)),
+        updated=_int(status.get("updatedReplicas")),
+        ready=_int(status.get("readyReplicas")),
+        available=_int(status.get("availableReplicas")),
+        conditions=tuple(
+            Condition(str(c.get("type", "")), str(c.get("status", "")), str(c.get("reason", "")),
+                      str(c.get("message", "")))
+            for c in status.get("conditions") or ()
+        ),
+    )
+
+
+def event_from(obj: Json) -> Event:
+    """A core/v1 Event; events the scheduler writes through events.k8s.io carry series and eventTime instead of
+    count and first/lastTimestamp, so both spellings are read (as kubectl describe does)."""
+    meta, involved = _meta(obj), obj.get("involvedObject") or {}
+    series = obj.get("series") or {}
+    count = _int(obj.get("count")) or _int(series.get("count")) or 1
+    event_time = parse_time(obj.get("eventTime"))
+    return Event(
+        namespace=str(meta.get("namespace", "")),
+        involved_kind=str(involved.get("kind", "")),
+        involved_name=str(involved.get("name", "")),
+        involved_uid=str(involved.get("uid", "")),
+        reason=str(obj.get("reason", "")),
+        message=str(obj.get("message", "")).strip(),
+        count=count,
+        first_seen=parse_time(obj.get("firstTimestamp")) or event_time,
+        last_seen=parse_time(obj.get("lastTimestamp")) or parse_time(series.get("lastObservedTime")) or event_time,
+    )
+
+
+def configmap_from(obj: Json) -> ConfigMap:
+    meta = _meta(obj)
+    return ConfigMap(str(meta.get("namespace", "")), str(meta.get("name", "")), _strings(obj.get("data")))
+
+
+def items(document: Json) -> Iterable[Json]:
+    """The items of a List document, skipping anything that is not an object."""
+    return (item for item in document.get("items") or () if isinstance(item, Mapping))

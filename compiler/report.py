@@ -1,0 +1,423 @@
+"""The capacity report as data: slots before and after per class and in total, rendered as REPORT.md and JSON."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from compiler import deviceplugin, migconfig
+from policy import advice, checks, offers
+from policy.diagnostics import format_path
+from policy.model import ClusterGPUPolicy, NodeClass
+
+REPORT_VERSION = 1
+EXCLUSIVE = offers.GPU
+
+# Overhead per sharing mode, as seed 003 measured and sourced it (NVIDIA MIG user guide r580, GPU Operator
+# time-slicing page): time-slicing pays context switches, MIG almost nothing, MPS shares one context.
+OVERHEAD = {
+    "exclusive": "0% (one pod owns the GPU)",
+    "time-slicing": "~10-15% (context switching between processes)",
+    "mps": "no context switching (one shared context), but no fault isolation: one client's fatal error "
+           "affects every client of the GPU",
+    "mig": "~2-3% (hardware partitions)",
+    "mig+time-slicing": "~2-3% (MIG) plus ~10-15% context switching inside each shared instance",
+}
+ISOLATION = {
+    "exclusive": "whole GPU",
+    "none": "none (memory and faults shared)",
+    "mps-memory-limit": "MPS memory limit per client (no fault isolation)",
+    "mig-hardware": "MIG hardware (memory, cache, faults)",
+}
+
+
+@dataclass(frozen=True)
+class Slots:
+    """Schedulable slots of one resource name on one class: per node and over all the class's nodes."""
+
+    resource: str
+    per_node: int
+    total: int | None
+    memory_mib: int
+    """What one slot can count on: the device's memory, an MPS limit, or an even share of a shared device."""
+    memory_enforced: bool
+    """False where replicas share one device's memory with no limit (time-slicing)."""
+    device_memory_mib: int
+    """Memory of the device (GPU or MIG instance) behind the slots."""
+    isolation: str
+    replicas: int
+    devices_per_node: int
+
+
+@dataclass(frozen=True)
+class ClassReport:
+    name: str
+    description: str
+    product: str
+    mode: str
+    nodes: int | None
+    gpus_per_node: int
+    before: Slots
+    after: tuple[Slots, ...]
+    overhead: str
+    sizing: str | None
+    node_selector: dict[str, str]
+    node_labels: dict[str, str]
+    """Labels someone must set on the class's nodes for the output to take effect (may be empty)."""
+
+    @property
+    def physical_gpus(self) -> int | None:
+        return None if self.nodes is None else self.nodes * self.gpus_per_node
+
+    @property
+    def label_command(self) -> str | None:
+        if not self.node_labels:
+            return None
+        selector = ",".join(f"{k}={v}" for k, v in sorted(self.node_selector.items()))
+        pairs = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(self.node_labels.items()))
+        return f"kubectl label nodes -l {shlex.quote(selector)} {pairs} --overwrite"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A warning of the spec's checks, or advice (warning or info) where the spec contradicts the
+    sharing-mode decision matrix (policy.advice)."""
+
+    severity: str
+    code: str
+    path: str
+    message: str
+    hint: str
+
+
+@dataclass(frozen=True)
+class CapacityReport:
+    cluster: str
+    deploy: str
+    plugin_version: str
+    classes: tuple[ClassReport, ...]
+    findings: tuple[Finding, ...]
+    notes: tuple[str, ...]
+
+    @property
+    def counted(self) -> tuple[ClassReport, ...]:
+        """Classes whose node count is known: only they enter the totals."""
+        return tuple(c for c in self.classes if c.nodes is not None)
+
+    @property
+    def uncounted(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.classes if c.nodes is None)
+
+    def totals(self) -> dict[str, Any]:
+        after: dict[str, int] = {}
+        for c in self.counted:
+            for s in c.after:
+                after[s.resource] = after.get(s.resource, 0) + (s.total or 0)
+        return {
+            "nodes": sum(c.nodes or 0 for c in self.counted),
+            "physicalGpus": sum(c.physical_gpus or 0 for c in self.counted),
+            "slotsBefore": sum(c.before.total or 0 for c in self.counted),
+            "slotsAfter": sum(after.values()),
+            "slotsAfterByResource": dict(sorted(after.items())),
+            "classesWithoutNodeCount": list(self.uncounted),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """report.json: a stable, versioned document (camelCase keys like the spec)."""
+        return {
+            "version": REPORT_VERSION,
+            "cluster": self.cluster,
+            "devicePlugin": {"deploy": self.deploy, "version": self.plugin_version},
+            "classes": [_class_dict(c) for c in self.classes],
+            "totals": self.totals(),
+            "findings": [{"severity": f.severity, "code": f.code, "path": f.path, "message": f.message,
+                          "hint": f.hint} for f in self.findings],
+            "notes": list(self.notes),
+        }
+
+
+def _slots_dict(s: Slots) -> dict[str, Any]:
+    return {"resource": s.resource, "perNode": s.per_node, "total": s.total, "memoryMiB": s.memory_mib,
+            "memoryEnforced": s.memory_enforced, "deviceMemoryMiB": s.device_memory_mib,
+            "isolation": s.isolation, "replicas": s.replicas, "devicesPerNode": s.devices_per_node}
+
+
+def _class_dict(c: ClassReport) -> dict[str, Any]:
+    return {
+        "name": c.name,
+        "description": c.description,
+        "product": c.product,
+        "mode": c.mode,
+        "nodes": c.nodes,
+        "gpusPerNode": c.gpus_per_node,
+        "physicalGpus": c.physical_gpus,
+        "before": _slots_dict(c.before),
+        "after": [_slots_dict(s) for s in c.after],
+        "overhead": c.overhead,
+        "sizing": c.sizing,
+        "nodeSelector": c.node_selector,
+        "nodeLabels": c.node_labels,
+        "labelCommand": c.label_command,
+    }
+
+
+# ----------------------------------------------------------------------- building
+
+
+def build_report(policy: ClusterGPUPolicy) -> CapacityReport:
+    """The capacity report of a checked policy; pure, so REPORT.md changes only when the spec does."""
+    classes = tuple(_class_report(policy, nc) for nc in sorted(policy.spec.node_classes, key=lambda nc: nc.name))
+    found = [d for d in checks.run(policy) if d.severity == "warning"] + list(advice.advise(policy))
+    findings = tuple(Finding(d.severity, d.code, format_path(d.path), d.message, d.hint) for d in found)
+    return CapacityReport(
+        cluster=policy.metadata.name,
+        deploy=policy.spec.device_plugin.deploy,
+        plugin_version=policy.spec.device_plugin.version,
+        classes=classes,
+        findings=findings,
+        notes=_notes(policy),
+    )
+
+
+def _class_report(policy: ClusterGPUPolicy, node_class: NodeClass) -> ClassReport:
+    resolved = offers.resolve_class(node_class)
+    nodes = node_class.nodes
+    gpus = node_class.gpu.count
+    memory = resolved.memory_mib or 0
+    before = Slots(EXCLUSIVE, gpus, None if nodes is None else nodes * gpus, memory, True, memory,
+                   ISOLATION["exclusive"], 1, gpus)
+    after = tuple(_slots(o, nodes, memory) for o in resolved.offers)
+    return ClassReport(
+        name=node_class.name,
+        description=node_class.description,
+        product=resolved.product,
+        mode=resolved.mode,
+        nodes=nodes,
+        gpus_per_node=gpus,
+        before=before,
+        after=after,
+        overhead=_overhead(resolved),
+        sizing=resolved.sizing.explain() if resolved.sizing else None,
+        node_selector=dict(sorted(node_class.node_selector.items())),
+        node_labels=node_labels(policy, node_class),
+    )
+
+
+def _slots(offer: offers.Offer, nodes: int | None, gpu_memory_mib: int) -> Slots:
+    total = None if nodes is None else nodes * offer.per_node
+    if offer.isolation == "mig-hardware":
+        # Time-sliced MIG instances share the instance's memory among their replicas, with no limit.
+        share = offer.memory_mib // offer.replicas
+        return Slots(offer.resource, offer.per_node, total, share, offer.replicas == 1, offer.memory_mib,
+                     _isolation(offer), offer.replicas, offer.devices_per_node)
+    enforced = offer.isolation in ("exclusive", "mps-memory-limit")  # MPS pins a device-memory limit
+    return Slots(offer.resource, offer.per_node, total, offer.memory_mib, enforced, gpu_memory_mib,
+                 _isolation(offer), offer.replicas, offer.devices_per_node)
+
+
+def _isolation(offer: offers.Offer) -> str:
+    text = ISOLATION[offer.isolation]
+    if offer.isolation == "mig-hardware" and offer.replicas > 1:
+        return f"{text} between instances; none between the {offer.replicas} replicas of one instance"
+    return text
+
+
+def _overhead(resolved: offers.ClassOffers) -> str:
+    if resolved.mode == "mig" and any(o.replicas > 1 for o in resolved.offers):
+        return OVERHEAD["mig+time-slicing"]
+    return OVERHEAD[resolved.mode]
+
+
+def node_labels(policy: ClusterGPUPolicy, node_class: NodeClass) -> dict[str, str]:
+    """The labels a person (or node provisioning) must set on the class's nodes.
+
+    gpu-operator: the config-manager picks the config named by nvidia.com/device-plugin.config (§4).
+    MIG: mig-manager applies the layout named by nvidia.com/mig.config (mig.md §5).  Standalone MPS: the
+    control daemon runs only where nvidia.com/mps.capable=true (Helm chart nodeSelector).
+    """
+    plugin = policy.spec.device_plugin
+    labels: dict[str, str] = {}
+    if plugin.deploy == "gpu-operator":
+        labels[deviceplugin.CONFIG_LABEL] = node_class.name
+    mig_config = migconfig.config_name(policy, node_class)
+    if mig_config is not None:
+        labels[migconfig.CONFIG_LABEL] = mig_config
+    if plugin.deploy == "standalone" and deviceplugin.is_mps(plugin, node_class):
+        labels[deviceplugin.MPS_CAPABLE_LABEL] = "true"
+    return dict(sorted(labels.items()))
+
+
+def _notes(policy: ClusterGPUPolicy) -> tuple[str, ...]:
+    plugin = policy.spec.device_plugin
+    notes: list[str] = []
+    if plugin.deploy == "standalone":
+        notes.append(
+            "Each node class gets its own device-plugin DaemonSet, selected by the labels its nodes already "
+            "carry. Remove or re-target any other NVIDIA device plugin on these nodes first (for example a "
+            "cloud-managed nvidia-device-plugin-daemonset): two plugins on one node register nvidia.com/gpu twice."
+        )
+        notes.append(
+            "A config change renames that class's ConfigMap and so rolls exactly that class's DaemonSet; "
+            "no manual rollout restart is needed."
+        )
+        if plugin.namespace != "kube-system":
+            notes.append(
+                f"The tree creates no Namespace: {plugin.namespace} must exist and admit privileged pods "
+                f"(pod-security.kubernetes.io/enforce: privileged), since the plugin mounts host paths."
+            )
+        if migconfig.has_mig(policy):
+            notes.append(
+                f"No mig-manager is deployed in standalone mode: run nvidia-mig-manager with the ConfigMap in "
+                f"mig/ (key {migconfig.CONFIG_KEY}), or apply a layout on the node with `nvidia-mig-parted apply "
+                f"-f config.yaml -c <class>`. Drain the node first: changing MIG mode needs the GPU idle."
+            )
+        if any(deviceplugin.is_mps(plugin, nc) for nc in policy.spec.node_classes):
+            notes.append(
+                "The MPS control daemon runs only on nodes labelled nvidia.com/mps.capable=true. GPU Feature "
+                "Discovery v0.15+ sets it when it runs with the class's config; a GFD running without it labels "
+                "the node false and stops MPS, so either run GFD with the same config or label the nodes yourself."
+            )
+    else:
+        notes.append(
+            "gpu-operator/clusterpolicy.yaml is a partial ClusterPolicy: it sets only the fields shown and must "
+            "be applied server-side (Argo CD: ServerSideApply=true is set on it; Flux always applies server-side; "
+            "kubectl: apply --server-side). It points the operator at the content-named ConfigMaps, so a config "
+            "change rolls the operator's device plugin without a manual restart."
+        )
+        notes.append(
+            f"Nodes without the nvidia.com/device-plugin.config label get the empty config (the operator sets "
+            f"FALLBACK_STRATEGIES=empty): whole GPUs, no sharing. Run device plugin {plugin.version} or newer "
+            f"in the ClusterPolicy; the configs are written for it."
+        )
+        notes.extend(deviceplugin.operator_conflicts(policy))
+        if migconfig.has_mig(policy):
+            notes.append(
+                "Changing nvidia.com/mig.config makes mig-manager stop GPU clients and repartition the GPUs: "
+                "drain the node first, and do not pre-set the label on scale-from-zero pools before the layout "
+                "is applied (pods could start on the unpartitioned GPU)."
+            )
+    return tuple(notes)
+
+
+# ----------------------------------------------------------------------- rendering
+
+
+def _mib(mib: int) -> str:
+    return f"{mib} MiB ({mib / 1024:.1f} GiB)" if mib else "unknown"
+
+
+def _slot_memory(s: Slots) -> str:
+    return _mib(s.memory_mib) + ("" if s.memory_enforced or not s.memory_mib else ", not enforced")
+
+
+def _count(n: int | None) -> str:
+    return "?" if n is None else str(n)
+
+
+def render_markdown(report: CapacityReport) -> str:
+    """REPORT.md: what a reviewer needs to approve the change, in the order they ask it."""
+    totals = report.totals()
+    lines = [
+        f"# GPU capacity: {report.cluster}",
+        "",
+        f"Generated by `gpupolicy compile` from the cluster spec; do not edit. Device plugin {report.plugin_version}, "
+        f"deployed {report.deploy}.",
+        "",
+        "## Summary",
+        "",
+        "| | before (exclusive) | after |",
+        "|---|---:|---:|",
+        f"| nodes | {totals['nodes']} | {totals['nodes']} |",
+        f"| physical GPUs | {totals['physicalGpus']} | {totals['physicalGpus']} |",
+        f"| schedulable GPU slots | {totals['slotsBefore']} | {totals['slotsAfter']} |",
+    ]
+    for resource, n in totals["slotsAfterByResource"].items():
+        lines.append(f"| `{resource}` | {totals['slotsBefore'] if resource == EXCLUSIVE else 0} | {n} |")
+    lines.append("")
+    lines.append(f"**{totals['slotsBefore']} → {totals['slotsAfter']} schedulable GPU slots.**")
+    if report.uncounted:
+        lines.append("")
+        lines.append(f"Totals leave out classes without a node count: {', '.join(report.uncounted)}.")
+    lines += ["", "## Per class", "", _class_table(report)]
+    for c in report.classes:
+        lines += ["", *_class_section(c)]
+    lines += ["", "## Node labels", "", *_label_plan(report)]
+    lines += ["", "## Warnings and advice", ""]
+    lines += [f"- {f.severity} `{f.code}` at `{f.path}`: {f.message}" + (f" Fix: {f.hint}" if f.hint else "")
+              for f in report.findings] or ["None."]
+    lines += ["", "## Notes", "", *[f"- {n}" for n in report.notes]]
+    return "\n".join(lines) + "\n"
+
+
+def _class_table(report: CapacityReport) -> str:
+    rows = [
+        "| class | GPU | mode | nodes | GPUs | slots before | slots after | resource | memory per slot | isolation |",
+        "|---|---|---|---:|---:|---:|---:|---|---|---|",
+    ]
+    for c in report.classes:
+        for i, s in enumerate(c.after):
+            head = (f"| {c.name} | {c.product} | {c.mode} | {_count(c.nodes)} | {_count(c.physical_gpus)} | "
+                    f"{_count(c.before.total)}" if i == 0 else "| | | | | |")
+            rows.append(f"{head} | {_count(s.total)} | `{s.resource}` | {_slot_memory(s)} | {s.isolation} |")
+    return "\n".join(rows)
+
+
+def _class_section(c: ClassReport) -> list[str]:
+    out = [f"### {c.name}" + (f": {c.description}" if c.description else ""), ""]
+    out.append(f"- GPU: {c.gpus_per_node} × {c.product} per node, {_count(c.nodes)} node(s)")
+    out.append(f"- Before: {c.before.per_node} `{EXCLUSIVE}` per node, {_mib(c.before.memory_mib)} each")
+    for s in c.after:
+        per = f"{s.devices_per_node} device(s)" + (f" × {s.replicas} replica(s)" if s.replicas > 1 else "")
+        memory = f"{_mib(s.memory_mib)} per slot"
+        if not s.memory_enforced:
+            memory += f", not enforced ({s.replicas} slots share one {s.device_memory_mib} MiB device)"
+        out.append(f"- After: {s.per_node} `{s.resource}` per node ({per}); {memory}; isolation: {s.isolation}")
+    out.append(f"- Overhead: {c.overhead}")
+    if c.sizing:
+        out.append(f"- Sizing: {c.sizing}")
+    return out
+
+
+def _label_plan(report: CapacityReport) -> list[str]:
+    needing = [c for c in report.classes if c.node_labels]
+    if not needing:
+        return ["None to set: every workload selects its nodes by the labels they already carry."]
+    out = ["Set these labels on the nodes of each class (keep them in your node provisioning, e.g. the node "
+           "pool's labels, so new nodes get them too):", ""]
+    for c in needing:
+        selector = ", ".join(f"{k}={v}" for k, v in c.node_selector.items())
+        labels = ", ".join(f"`{k}={v}`" for k, v in c.node_labels.items())
+        out.append(f"- **{c.name}** (nodes matching `{selector}`): {labels}")
+    out += ["", "```sh", *[c.label_command or "" for c in needing], "```"]
+    return out
+
+
+def render_text(report: CapacityReport) -> str:
+    """The terminal table of `gpupolicy explain`: the same facts as REPORT.md, aligned for a terminal."""
+    header = ("CLASS", "GPU", "MODE", "NODES", "GPUS", "BEFORE", "AFTER", "RESOURCE", "MEM/SLOT", "ISOLATION")
+    rows: list[tuple[str, ...]] = [header]
+    for c in report.classes:
+        for i, s in enumerate(c.after):
+            first = (c.name, c.product, c.mode, _count(c.nodes), _count(c.physical_gpus), _count(c.before.total))
+            rows.append((*(first if i == 0 else ("",) * 6), _count(s.total), s.resource,
+                         f"{s.memory_mib} MiB" + ("" if s.memory_enforced else "*") if s.memory_mib else "?",
+                         s.isolation))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows]
+    totals = report.totals()
+    if any(not s.memory_enforced for c in report.classes for s in c.after):
+        lines.append("* not enforced: the replicas share the device's memory with no limit")
+    lines += ["", f"{report.cluster}: {totals['nodes']} node(s), {totals['physicalGpus']} GPU(s), "
+              f"{totals['slotsBefore']} -> {totals['slotsAfter']} schedulable GPU slots"]
+    if report.uncounted:
+        lines.append(f"  (without classes lacking a node count: {', '.join(report.uncounted)})")
+    for c in report.classes:
+        lines.append(f"{c.name}: overhead {c.overhead}")
+        if c.sizing:
+            lines.append(f"{c.name}: sizing {c.sizing}")
+        if c.label_command:
+            lines.append(f"{c.name}: {c.label_command}")
+    lines += [f"{f.severity}[{f.code}] {f.path}: {f.message}" for f in report.findings]
+    lines += [f"note: {n}" for n in report.notes]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,250 @@
+"""The admission rule engine: a pod or pod controller plus its tenants and the admission policy, to a Decision."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from policy import selectors
+from policy.diagnostics import Diagnostic, Severity, format_path
+from policy.model import RuleId
+from policy.offers import AdmissionPolicy, TenantDoc
+from policy.rules import RULES, Access, ClassView, Conflict, Facts, placement_conflict
+from policy.workloads import GpuRequest, Workload, find_workload, placement_fields, read_gpu_request, read_placement
+
+SEVERITY: Mapping[str, Severity] = {"enforce": "error", "warn": "warning", "audit": "info"}
+EVALUATED_OPERATIONS = frozenset({"CREATE", "UPDATE"})
+MAX_WARNING_CHARS = 120  # the API server's advice for response.warnings (webhook.md §1.2)
+DEFAULT_WHO = "namespaces outside every tenant"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The verdict on one object; all the webhook and `gpupolicy admit` need."""
+
+    allowed: bool
+    diagnostics: tuple[Diagnostic, ...] = ()
+    """code = rule id; severity error (enforce: deny), warning (warn) or info (audit); path into the object."""
+    subject: str = ""
+    """The object as messages name it: ``Deployment nlp-inference``."""
+
+    @property
+    def message(self) -> str:
+        """The denial text: the object, then per violation its rule id, what is wrong, where, and the fix."""
+        return self.render("error")
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """One line per warn-mode finding, at most 120 characters each, without a "Warning:" prefix."""
+        return tuple(_brief(f"{d.code}: {summary(d.message)}") for d in self.diagnostics if d.severity == "warning")
+
+    @property
+    def audit_annotations(self) -> dict[str, str]:
+        """Audit-mode findings by rule id (a valid annotation key), their messages joined."""
+        out: dict[str, list[str]] = {}
+        for d in self.diagnostics:
+            if d.severity == "info":
+                out.setdefault(d.code, []).append(_line(d))
+        return {code: " | ".join(lines) for code, lines in out.items()}
+
+    def render(self, *severities: Severity) -> str:
+        """Every finding of the given severities (all when none given) as text, one per line after the subject."""
+        chosen = [d for d in self.diagnostics if not severities or d.severity in severities]
+        if not chosen:
+            return ""
+        lines = [_line(d) for d in chosen]
+        head = f"{self.subject}: " if self.subject else ""
+        return head + "\n".join(lines)
+
+
+ALLOWED = Decision(True)
+
+
+def summary(message: str) -> str:
+    """A message's first sentence (rules open every message with one)."""
+    head, dot, _ = message.partition(". ")
+    return head if dot else message.removesuffix(".")
+
+
+def _brief(text: str) -> str:
+    return text if len(text) <= MAX_WARNING_CHARS else text[: MAX_WARNING_CHARS - 1].rstrip() + "…"
+
+
+def _line(d: Diagnostic) -> str:
+    where = f" (at {format_path(d.path)})" if d.path else ""
+    fix = f" Fix: {d.hint}" if d.hint else ""
+    return f"[{d.code}] {d.message}{where}{fix}"
+
+
+@dataclass(frozen=True)
+class _Tenant:
+    name: str
+    selector: tuple[selectors.Requirement, ...]
+    access: Access
+
+
+class Engine:
+    """Evaluates objects against one admission policy; build it once per policy, call ``evaluate`` often."""
+
+    def __init__(self, policy: AdmissionPolicy) -> None:
+        self.policy = policy
+        self._classes = tuple(ClassView.from_doc(c) for c in policy.classes)
+        self._no_conflicts: tuple[Conflict | None, ...] = (None,) * len(self._classes)
+        self._tenants = {t.name: _compile_tenant(t) for t in policy.tenants}
+        self._tenant_access = tuple(t.access for t in self._tenants.values())
+        self._default = Access(DEFAULT_WHO, frozenset(policy.default_allow), None)
+        self._severity = {rule.id: SEVERITY[policy.rules.get(rule.id, rule.default_mode)] for rule in RULES}
+
+    @property
+    def classes(self) -> tuple[ClassView, ...]:
+        return self._classes
+
+    def tenants_for(self, namespace_labels: Mapping[str, str]) -> tuple[str, ...]:
+        """Every tenant whose namespaceSelector matches the labels, in policy order (offline routing)."""
+        labels = {k: v for k, v in namespace_labels.items() if isinstance(k, str) and isinstance(v, str)} \
+            if isinstance(namespace_labels, Mapping) else {}
+        return tuple(t.name for t in self._tenants.values() if selectors.matches(t.selector, labels))
+
+    def evaluate(self, obj: Mapping[str, Any], *, tenants: Sequence[str] = (), operation: str = "CREATE",
+                 old_obj: Mapping[str, Any] | None = None) -> Decision:
+        """The decision on a Pod or pod controller; every other object, and any malformed one, is allowed.
+
+        ``tenants`` are the namespace's tenants as the webhook path names them: () means the default rules,
+        several mean only what all of them allow. UPDATEs that change neither GPU requests nor placement are
+        allowed unchecked, so scaling or relabelling an existing object never fails. Never raises.
+        """
+        if not isinstance(operation, str) or operation not in EVALUATED_OPERATIONS:
+            return ALLOWED
+        workload = find_workload(obj)
+        if workload is None:
+            return ALLOWED
+        request = read_gpu_request(workload)
+        if request.empty:
+            return ALLOWED
+        if operation == "UPDATE" and self._unchanged(workload, request, old_obj):
+            return Decision(True, (), workload.subject)
+        placement = read_placement(workload)
+        conflicts = self._no_conflicts if placement.unconstrained else tuple(
+            placement_conflict(placement, c) for c in self._classes)
+        candidates = tuple(c for c, conflict in zip(self._classes, conflicts, strict=True)
+                           if conflict is None and c.fits(request.totals))
+        facts = Facts(request, placement, self._classes, conflicts, candidates, self.access(tenants),
+                      self._tenant_access)
+        found = tuple(replace(d, severity=self._severity[rule.id]) for rule in RULES for d in rule.check(facts))
+        return Decision(not any(d.severity == "error" for d in found), found, workload.subject)
+
+    def access(self, tenants: Sequence[str]) -> Access:
+        """What the given tenants together allow (the default rules for none; nothing for unknown names)."""
+        names = _tenant_names(tenants)
+        if not names:
+            return self._default
+        unknown = tuple(n for n in names if n not in self._tenants)
+        if unknown:
+            return Access(f"tenant {', '.join(unknown)}", frozenset(), frozenset(), unknown)
+        if len(names) == 1:
+            return self._tenants[names[0]].access
+        return _intersect([self._tenants[n].access for n in names], names)
+
+    def _unchanged(self, new: Workload, request: GpuRequest, old_obj: Mapping[str, Any] | None) -> bool:
+        """Ratcheting (Kyverno-style): an UPDATE keeping GPU requests and placement cannot make things worse."""
+        old = find_workload(old_obj)
+        if old is None or old.spec_path != new.spec_path:
+            return False
+        return read_gpu_request(old) == request and placement_fields(old) == placement_fields(new)
+
+
+def _tenant_names(tenants: Any) -> tuple[str, ...]:
+    if isinstance(tenants, str):
+        return (tenants,)  # a lone name passed by mistake is still one name, not its characters
+    if not isinstance(tenants, Sequence):
+        return ()
+    return tuple(dict.fromkeys(t for t in tenants if isinstance(t, str)))
+
+
+def _compile_tenant(doc: TenantDoc) -> _Tenant:
+    reqs = selectors.requirements_from(doc.match_labels,
+                                       [(e.key, e.operator, e.values) for e in doc.match_expressions])
+    access = Access(f"tenant {doc.name}", frozenset(doc.allow), frozenset(doc.classes) if doc.classes else None,
+                    selector=", ".join(_describe_requirement(r) for r in reqs))
+    return _Tenant(doc.name, reqs, access)
+
+
+def _describe_requirement(req: selectors.Requirement) -> str:
+    if req.operator == "In" and len(req.values) == 1:
+        return f"{req.key}={next(iter(req.values))}"
+    if req.operator in ("Exists", "DoesNotExist"):
+        return f"{req.key} {req.operator}"
+    return f"{req.key} {req.operator} ({', '.join(sorted(req.values))})"
+
+
+def _intersect(accesses: Sequence[Access], names: Sequence[str]) -> Access:
+    # The API server calls every matching webhook entry and ANDs their verdicts, so a namespace two
+    # tenants select gets only what both allow.
+    modes = frozenset.intersection(*(a.modes for a in accesses))
+    limited = [a.classes for a in accesses if a.classes is not None]
+    classes = frozenset.intersection(*limited) if limited else None
+    who = f"tenants {', '.join(names[:-1])} and {names[-1]} together"
+    return Access(who, modes, classes)
+
+
+# --- the test-suite document (`gpupolicy test`) -------------------------------------------------------------
+
+
+class _SuiteModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True,
+                              use_attribute_docstrings=True)
+
+
+class Expectation(_SuiteModel):
+    allowed: bool
+    """Whether the object must be admitted (warn and audit findings do not deny)."""
+    rules: tuple[RuleId, ...] | None = None
+    """Rule ids that must fire, in any mode, and no others; omit to not check them."""
+    message: str | None = None
+    """A regular expression searched in the text of every finding (messages, paths and fixes)."""
+
+
+class SuiteCase(_SuiteModel):
+    name: str = Field(min_length=1)
+    object: dict[str, Any] | None = None
+    """The object under test, inline (give object or file)."""
+    file: str | None = None
+    """A manifest file holding the object, relative to the suite."""
+    index: int | None = Field(default=None, ge=0)
+    """Which document of the file (0-based); by default the first Pod or pod controller."""
+    namespace: str | None = None
+    """The object's namespace; defaults to its metadata.namespace, else default."""
+    namespace_labels: dict[str, str] = Field(default_factory=dict)
+    """Labels of that namespace, added to the suite's namespaces entry (kubernetes.io/metadata.name is implicit)."""
+    operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"] = "CREATE"
+    old_object: dict[str, Any] | None = None
+    """The object before an UPDATE."""
+    expect: Expectation
+
+    @model_validator(mode="after")
+    def _object_or_file(self) -> SuiteCase:
+        if (self.object is None) == (self.file is None):
+            raise PydanticCustomError("invalid-value", "give exactly one of object or file")
+        return self
+
+
+class SuiteMetadata(_SuiteModel):
+    name: str = Field(min_length=1)
+
+
+class AdmissionTestSuite(_SuiteModel):
+    """Table-driven admission tests for one cluster policy (`gpupolicy test`)."""
+
+    api_version: Literal["gpupolicy.dev/v1alpha1"]
+    kind: Literal["AdmissionTestSuite"]
+    metadata: SuiteMetadata | None = None
+    policy: str = Field(min_length=1)
+    """The ClusterGPUPolicy file under test, relative to the suite."""
+    namespaces: dict[str, dict[str, str]] = Field(default_factory=dict)
+    """Labels of the namespaces cases name, so cases need not repeat them."""
+    cases: tuple[SuiteCase, ...] = Field(min_length=1)

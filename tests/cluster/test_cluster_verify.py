@@ -1,0 +1,220 @@
+"""gpupolicy cluster verify against recorded clusters served by a fake API server."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import FLEET_SPEC, TKE_SPEC, applied, by_name, compiled_objects, daemon_pod
+from fake_apiserver import load_scenario
+
+SEED_GPU_NODES = {"l20": ["10.0.1.12"], "t4": ["10.0.2.7"]}
+
+
+def findings(out: str) -> list[tuple[str, str, str]]:
+    """(code, class, subject) of every finding of a JSON report."""
+    return [(f["code"], f["class"] or "", f["subject"] or "") for f in json.loads(out)["findings"]]
+
+
+def seed_after_objects() -> dict[str, list[dict]]:
+    placement = {f"nvidia-device-plugin-{c}": nodes for c, nodes in SEED_GPU_NODES.items()}
+    return applied(compiled_objects(TKE_SPEC), placement)
+
+
+# --- the seed: before and after ---------------------------------------------------------------------------------
+
+
+def test_the_seed_cluster_before_the_fix_differs_in_allocatable_labels_daemonsets_and_a_stuck_rollout(
+        cluster, gpupolicy):
+    seed = cluster("seed-003-before")
+    result = gpupolicy("cluster", "verify", "-p", TKE_SPEC, "--kubeconfig", seed.kubeconfig, "--output", "json")
+    assert result.code == 1, result.err
+    l20_cm, t4_cm = (o["metadata"]["name"] for o in compiled_objects(TKE_SPEC) if o["kind"] == "ConfigMap")
+    assert findings(result.out) == [
+        ("allocatable-mismatch", "l20", "node/10.0.1.12"),
+        ("gfd-label-mismatch", "l20", "node/10.0.1.12"),
+        ("gfd-label-mismatch", "l20", "node/10.0.1.12"),
+        ("allocatable-mismatch", "t4", "node/10.0.2.7"),
+        ("gfd-label-mismatch", "t4", "node/10.0.2.7"),
+        ("gfd-label-mismatch", "t4", "node/10.0.2.7"),
+        ("daemonset-missing", "l20", "daemonset/kube-system/nvidia-device-plugin-l20"),
+        ("daemonset-missing", "t4", "daemonset/kube-system/nvidia-device-plugin-t4"),
+        ("configmap-missing", "l20", f"configmap/kube-system/{l20_cm}"),
+        ("configmap-missing", "t4", f"configmap/kube-system/{t4_cm}"),
+        ("unmanaged-device-plugin", "", "daemonset/kube-system/nvidia-device-plugin-daemonset"),
+        ("pending-pod-capacity-not-applied", "", "pod/nlp/nlp-inference-7b9c6d5f4-x8k2q"),
+        ("rollout-stuck", "", "deployment/nlp/nlp-inference"),
+    ]
+    report = json.loads(result.out)
+    assert report["summary"] == {"nodes": 8, "gpuNodes": 2, "errors": 12, "warnings": 1, "agrees": False,
+                                 "labelsChecked": True, "exitCode": 1}
+    assert [c["advertised"] for c in report["classes"]] == [{"nvidia.com/gpu": 1}, {"nvidia.com/gpu": 1}]
+
+
+def test_the_seed_pending_pod_is_explained_with_its_events_owner_chain_and_the_classes_that_fall_short(
+        cluster, gpupolicy):
+    seed = cluster("seed-003-before")
+    result = gpupolicy("cluster", "verify", "-p", TKE_SPEC, "--kubeconfig", seed.kubeconfig, "-O", "json")
+    pending, rollout = (f for f in json.loads(result.out)["findings"] if f["subject"].startswith(("pod/", "deploy")))
+    assert pending["message"] == (
+        "pod nlp/nlp-inference-7b9c6d5f4-x8k2q has been Pending for 28d asking for nvidia.com/gpu: 1: the policy "
+        "places it on l20 and t4, but class l20 promises 8 nvidia.com/gpu, its nodes advertise 1; class t4 "
+        "promises 3 nvidia.com/gpu, its nodes advertise 1")
+    assert pending["details"] == [
+        "FailedScheduling (x1303 over 4d12h, last 3m ago): 0/8 nodes are available: 8 Insufficient nvidia.com/gpu.",
+        "Pod nlp/nlp-inference-7b9c6d5f4-x8k2q -> ReplicaSet nlp-inference-7b9c6d5f4 -> Deployment nlp-inference",
+    ]
+    assert rollout["message"] == (
+        "Deployment nlp/nlp-inference is stuck mid-rollout (1 of 2 replicas updated, 2 available): new ReplicaSet "
+        "nlp-inference-7b9c6d5f4 waits for nlp-inference-7b9c6d5f4-x8k2q (Pending 28d); old ReplicaSet "
+        "nlp-inference-5d8f7c9b6 still runs 2 pod(s)")
+    assert rollout["details"] == ['Progressing=False ProgressDeadlineExceeded: ReplicaSet "nlp-inference-7b9c6d5f4" '
+                                  'has timed out progressing.']
+
+
+def test_the_text_report_groups_findings_by_class_then_node_and_ends_with_a_verdict(cluster, gpupolicy):
+    seed = cluster("seed-003-before")
+    result = gpupolicy("cluster", "verify", "-p", TKE_SPEC, "--kubeconfig", seed.kubeconfig)
+    lines = result.out.splitlines()
+    assert lines[0].startswith("Cluster tke-prod (http://127.0.0.1:") and lines[0].endswith(
+        "against policy tke-prod: 8 nodes, 2 with GPUs, 2 classes.")
+    assert "class l20: 1 node, nvidia.com/gpu 1 of 8 advertised: 5 errors" in lines
+    assert lines[lines.index("class l20: 1 node, nvidia.com/gpu 1 of 8 advertised: 5 errors") + 1] == "  node 10.0.1.12"
+    assert "Pending GPU pods and the rollouts they block" in lines
+    assert lines[-1] == "12 errors, 1 warning: the cluster differs from policy tke-prod."
+
+
+def test_the_seed_cluster_after_applying_the_tree_agrees_and_exits_0(cluster, gpupolicy):
+    seed = cluster("seed-003-after", add=seed_after_objects())
+    result = gpupolicy("cluster", "verify", "-p", TKE_SPEC, "--kubeconfig", seed.kubeconfig)
+    assert (result.code, result.err) == (0, "")
+    assert "class l20: 1 node, nvidia.com/gpu 8 of 8 advertised: agrees" in result.out
+    assert "class t4: 1 node, nvidia.com/gpu 3 of 3 advertised: agrees" in result.out
+    assert result.out.endswith("The cluster agrees with policy tke-prod.\n")
+
+
+def test_a_pending_pod_on_a_full_but_correct_cluster_is_a_warning_that_does_not_fail(cluster, gpupolicy):
+    extra = seed_after_objects()
+    extra["pods"].append(PENDING_BATCH_POD)
+    seed = cluster("seed-003-after", add=extra)
+    result = gpupolicy("cluster", "verify", "-p", TKE_SPEC, "--kubeconfig", seed.kubeconfig, "-O", "json")
+    assert result.code == 0
+    (finding,) = json.loads(result.out)["findings"]
+    assert (finding["code"], finding["severity"]) == ("pending-pod-cluster-full", "warning")
+    assert "whose nodes advertise all they promise (nvidia.com/gpu 11)" in finding["message"]
+
+
+PENDING_BATCH_POD = {
+    "metadata": {"name": "nlp-batch-0", "namespace": "nlp", "uid": "uid-nlp-batch-0",
+                 "creationTimestamp": "2025-06-12T07:50:00Z",
+                 "ownerReferences": [{"kind": "StatefulSet", "name": "nlp-batch", "uid": "uid-sts", "controller": True}]},
+    "spec": {"containers": [{"name": "batch", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
+    "status": {"phase": "Pending"},
+}
+
+
+def test_a_cluster_without_gfd_labels_is_still_checked_for_allocatable_and_daemonsets(cluster, gpupolicy):
+    nodes = load_scenario("seed-003-before")["nodes"]
+    for node in nodes:
+        node["metadata"]["labels"] = {k: v for k, v in node["metadata"]["labels"].items()
+                                      if not k.startswith("nvidia.com/")}
+    seed = cluster("seed-003-before", replace={"nodes": nodes})
+    result = gpupolicy("cluster", "verify", "-p", TKE_SPEC, "--kubeconfig", seed.kubeconfig, "-O", "json")
+    report = json.loads(result.out)
+    codes = {code for code, _, _ in findings(result.out)}
+    assert result.code == 1
+    assert report["summary"]["labelsChecked"] is False
+    assert "gfd-label-mismatch" not in codes
+    assert {"allocatable-mismatch", "daemonset-missing", "gfd-labels-missing"} <= codes
+    missing = next(f for f in report["findings"] if f["code"] == "gfd-labels-missing")
+    assert missing["severity"] == "warning"
+    assert "class membership, allocatable, device-plugin DaemonSets and Pending pods were" in missing["message"]
+
+
+def test_verify_only_reads(cluster, gpupolicy):
+    seed = cluster("seed-003-before")
+    gpupolicy("cluster", "verify", "-p", TKE_SPEC, "--kubeconfig", seed.kubeconfig)
+    assert {method for method, _ in seed.server.requests} == {"GET"}
+
+
+# --- a fleet with MIG, MPS, overlaps and drifted DaemonSets ---------------------------------------------------------
+
+
+def fleet_objects() -> dict[str, list[dict]]:
+    objects = compiled_objects(FLEET_SPEC)
+    live = applied(objects, {
+        "nvidia-device-plugin-h20": ["h20-node-1"],
+        "nvidia-device-plugin-a100-mps": ["a100-mps-1", "a100-mps-2", "a100-spare"],
+        "mps-control-daemon-a100-mps": ["a100-mps-1", "a100-spare"],
+        "nvidia-device-plugin-a100-train": ["a100-spare"],
+    })
+    h20 = by_name(live["daemonsets"], "nvidia-device-plugin-h20")
+    h20["metadata"]["generation"] = 4  # a new config is being rolled: one node updated, one pod crash-looping
+    h20["status"].update(desiredNumberScheduled=2, updatedNumberScheduled=1, numberAvailable=1, observedGeneration=3)
+    live["pods"].append(daemon_pod(h20, "h20-node-2", ready=False, waiting="CrashLoopBackOff"))
+    mps = by_name(live["daemonsets"], "nvidia-device-plugin-a100-mps")
+    old = "nvidia-device-plugin-a100-mps-0123456789"
+    mps["spec"]["template"]["spec"]["volumes"][1]["configMap"]["name"] = old
+    live["configmaps"] = [c for c in live["configmaps"] if not c["metadata"]["name"].startswith(
+        "nvidia-device-plugin-a100-mps-")]
+    h20_config = next(c for c in live["configmaps"] if c["metadata"]["name"].startswith("nvidia-device-plugin-h20-"))
+    h20_config["data"]["h20"] = h20_config["data"]["h20"].replace("replicas: 2", "replicas: 4")  # hand-edited
+    return live
+
+
+def test_the_fleet_recording_shows_every_kind_of_node_and_daemonset_drift(cluster, gpupolicy):
+    fleet = cluster("fleet", add=fleet_objects(), context="fleet")
+    result = gpupolicy("cluster", "verify", "-p", FLEET_SPEC, "--kubeconfig", fleet.kubeconfig, "-O", "json")
+    assert result.code == 1, result.err
+    assert result.err == ("gpupolicy cluster verify: note: the spec has 2 error(s) verify can look past "
+                          "(overlapping-node-classes); gpupolicy validate lists them\n")
+    found = findings(result.out)
+    a100_mps_config, h20_config = (o["metadata"]["name"] for o in compiled_objects(FLEET_SPEC)
+                                   if o["metadata"]["name"].startswith(("nvidia-device-plugin-a100-mps-",
+                                                                        "nvidia-device-plugin-h20-")))
+    assert found == [
+        ("node-in-several-classes", "", "node/a100-spare"),
+        ("unclassified-gpu-node", "", "node/t4-legacy"),
+        ("allocatable-mismatch", "h20", "node/h20-node-2"),
+        ("unexpected-gpu-resource", "h20", "node/h20-node-2"),
+        ("mig-config-not-applied", "h20", "node/h20-node-2"),
+        ("allocatable-mismatch", "a100-mps", "node/a100-mps-2"),
+        ("node-label-missing", "a100-mps", "node/a100-mps-2"),
+        ("gfd-label-mismatch", "a100-mps", "node/a100-mps-2"),
+        ("gfd-label-mismatch", "a100-mps", "node/a100-mps-2"),
+        ("gfd-label-mismatch", "a100-mps", "node/a100-mps-2"),
+        ("class-without-nodes", "a100-train", ""),
+        ("daemonset-config-mismatch", "a100-mps", "daemonset/nvidia-device-plugin/nvidia-device-plugin-a100-mps"),
+        ("daemonset-rollout-incomplete", "h20", "daemonset/nvidia-device-plugin/nvidia-device-plugin-h20"),
+        ("device-plugin-not-ready", "h20", "node/h20-node-2"),
+        ("configmap-missing", "a100-mps", f"configmap/nvidia-device-plugin/{a100_mps_config}"),
+        ("configmap-modified", "h20", f"configmap/nvidia-device-plugin/{h20_config}"),
+        ("multiple-device-plugins", "", "node/a100-spare"),
+        ("pending-pod-unsatisfiable", "", "pod/ml/embed-batch-7k2lq"),
+    ]
+
+
+def test_fleet_messages_name_the_mig_state_the_overlap_and_the_nearest_mig_profile(cluster, gpupolicy):
+    fleet = cluster("fleet", add=fleet_objects(), context="fleet")
+    result = gpupolicy("cluster", "verify", "-p", FLEET_SPEC, "--kubeconfig", fleet.kubeconfig, "-O", "json")
+    by_code = {}
+    for f in json.loads(result.out)["findings"]:
+        by_code.setdefault(f["code"], f)
+    assert by_code["node-in-several-classes"]["message"].startswith(
+        "node a100-spare is selected by classes a100-mps and a100-train")
+    assert by_code["mig-config-not-applied"]["message"] == (
+        "nvidia.com/mig.config.state is pending on node h20-node-2: mig-manager is still applying the layout")
+    assert by_code["unexpected-gpu-resource"]["message"].startswith(
+        "node h20-node-2 advertises nvidia.com/gpu: 8, which class h20 does not offer")
+    assert by_code["unclassified-gpu-node"]["message"] == (
+        "node t4-legacy has GPUs (nvidia.com/gpu.product=Tesla-T4-SHARED, allocatable nvidia.com/gpu 8) but no class "
+        "selects it, so the policy neither configures its device plugin nor counts its capacity")
+    pending = by_code["pending-pod-unsatisfiable"]
+    assert "nvidia.com/mig-1g.10gb" in pending["message"] and "1g.12gb" in pending["hint"]
+    assert pending["details"] == [
+        "FailedScheduling (x41 over 5h, last 7m ago): 0/7 nodes are available: 7 Insufficient nvidia.com/mig-1g.10gb.",
+        "Pod ml/embed-batch-7k2lq -> Job embed-batch",
+    ]
+    assert by_code["device-plugin-not-ready"]["message"].endswith("is not ready (CrashLoopBackOff)")
+    assert by_code["multiple-device-plugins"]["message"].startswith(
+        "node a100-spare runs pods of 2 device-plugin DaemonSets (nvidia-device-plugin/nvidia-device-plugin-a100-mps "
+        "and nvidia-device-plugin/nvidia-device-plugin-a100-train)")

@@ -1,0 +1,242 @@
+"""The emitted objects are valid for Kubernetes, the plugin and mig-parted, and every tree builds with kustomize."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from jsonschema import Draft202012Validator
+
+from compiler import compile_policy, deviceplugin
+from compiler.tree import Tree
+from policy.model import ClusterGPUPolicy
+
+Load = Callable[..., ClusterGPUPolicy]
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted(p.parent.name for p in (ROOT / "examples" / "clusters").glob("*/cluster.yaml"))
+# Custom resources kubernetes-validate has no schema for; every other kind must validate strictly.
+CUSTOM_KINDS = {
+    ("nvidia.com/v1", "ClusterPolicy"),
+    ("cert-manager.io/v1", "Certificate"),
+    ("cert-manager.io/v1", "Issuer"),
+}
+
+
+def objects(tree: Tree) -> Iterator[tuple[str, dict[str, Any]]]:
+    for path, data in tree.items():
+        if path.endswith(".yaml") and not path.endswith("kustomization.yaml"):
+            yield path, yaml.safe_load(data)
+
+
+def schema(name: str) -> Draft202012Validator:
+    return Draft202012Validator(json.loads((ROOT / "schemas" / name).read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_object_passes_strict_kubernetes_validation(example_policy: Load, name: str) -> None:
+    policy = example_policy(name)
+    checked = 0
+    for _, obj in objects(compile_policy(policy)):
+        if (obj["apiVersion"], obj["kind"]) in CUSTOM_KINDS:
+            continue
+        kubernetes_validate.validate(obj, policy.spec.kubernetes_version, strict=True)
+        checked += 1
+    assert checked >= 5
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_device_plugin_and_mig_parted_config_matches_its_schema(example_policy: Load, name: str) -> None:
+    plugin, mig_parted = schema("device-plugin-config.schema.json"), schema("mig-parted-config.schema.json")
+    configs = 0
+    for path, obj in objects(compile_policy(example_policy(name))):
+        if obj["kind"] != "ConfigMap" or not path.startswith(("device-plugin/", "mig/")):
+            continue
+        for key, text in obj["data"].items():
+            validator = mig_parted if path.startswith("mig/") else plugin
+            errors = [f"{e.json_path}: {e.message}" for e in validator.iter_errors(yaml.safe_load(text))]
+            assert errors == [], f"{path} {key}"
+            configs += 1
+    assert configs >= 2
+
+
+# ----------------------------------------------------------------------- device plugin specifics
+
+
+def test_mig_plugins_get_sys_admin_and_mig_monitoring_and_others_drop_all(example_policy: Load) -> None:
+    tree = compile_policy(example_policy("mixed-fleet"))
+    for node_class in ("a100-mps", "h100-mig", "h100-train", "t4-dev"):
+        container = yaml.safe_load(tree[f"device-plugin/daemonset-{node_class}.yaml"])["spec"]["template"]["spec"][
+            "containers"][0]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        if node_class == "h100-mig":
+            assert container["securityContext"] == {"capabilities": {"add": ["SYS_ADMIN"]}}
+            assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+        else:
+            assert container["securityContext"] == {"allowPrivilegeEscalation": False,
+                                                    "capabilities": {"drop": ["ALL"]}}
+            assert "NVIDIA_MIG_MONITOR_DEVICES" not in env
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "all"
+
+
+def test_mps_classes_get_the_control_daemon_mps_root_and_a_config_that_names_it(example_policy: Load) -> None:
+    tree = compile_policy(example_policy("mixed-fleet"))
+    daemon = yaml.safe_load(tree["device-plugin/daemonset-mps-control-daemon-a100-mps.yaml"])
+    pod = daemon["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True
+    assert pod["nodeSelector"] == {"node-pool": "a100-mps", "nvidia.com/mps.capable": "true"}
+    assert pod["initContainers"][0]["command"] == ["mps-control-daemon", "mount-shm"]
+    assert pod["initContainers"][0]["securityContext"] == {"privileged": True}
+    assert pod["containers"][0]["args"] == ["--config-file=/etc/nvidia/device-plugin/a100-mps.yaml"]
+    assert {"name": "mps-root", "hostPath": {"path": "/run/nvidia/mps", "type": "DirectoryOrCreate"}} in pod["volumes"]
+    plugin = yaml.safe_load(tree["device-plugin/daemonset-a100-mps.yaml"])["spec"]["template"]["spec"]
+    assert {"name": "MPS_ROOT", "value": "/run/nvidia/mps"} in plugin["containers"][0]["env"]
+    assert {v["name"] for v in plugin["volumes"]} >= {"mps-root", "mps-shm"}
+    config = yaml.safe_load(yaml.safe_load(tree["device-plugin/configmap-a100-mps.yaml"])["data"]["a100-mps"])
+    assert config["sharing"]["mps"]["resources"] == [{"name": "nvidia.com/gpu", "replicas": 4}]
+    assert config["flags"]["mpsRoot"] == "/run/nvidia/mps"
+    assert not [p for p in tree if "mps-control-daemon" in p and "a100-mps" not in p]
+
+
+def test_v0_14_0_gets_device_list_strategy_as_the_list_it_requires(example_policy: Load) -> None:
+    policy = example_policy("tke-l20-t4", ("version: v0.14.5", "version: v0.14.0"))
+    config = deviceplugin.render_config(policy.spec.device_plugin, policy.spec.node_classes[0])
+    assert config["flags"]["plugin"]["deviceListStrategy"] == ["envvar"]
+
+
+# ----------------------------------------------------------------------- MIG and the GPU Operator
+
+
+def test_h20_mig_with_time_slicing_uses_mixed_names_and_a_named_mig_parted_layout(example_policy: Load) -> None:
+    tree = compile_policy(example_policy("h20-mig"))
+    configs = yaml.safe_load(tree["device-plugin/configmap.yaml"])
+    assert configs["metadata"]["namespace"] == "gpu-operator"
+    config = yaml.safe_load(configs["data"]["h20"])
+    assert config["flags"] == {"migStrategy": "mixed"}
+    assert config["sharing"]["timeSlicing"]["resources"] == [{"name": "nvidia.com/mig-1g.12gb", "replicas": 2}]
+    mig = yaml.safe_load(yaml.safe_load(tree["mig/configmap.yaml"])["data"]["config.yaml"])
+    assert mig == {
+        "version": "v1",
+        "mig-configs": {
+            "all-disabled": [{"devices": "all", "mig-enabled": False}],
+            "h20": [{"device-filter": "0x232910DE", "devices": "all", "mig-enabled": True,
+                     "mig-devices": {"1g.12gb": 7}}],
+        },
+    }
+
+
+def test_mig_groups_become_per_gpu_entries_filtered_by_pci_id(example_policy: Load) -> None:
+    tree = compile_policy(example_policy("mixed-fleet"))
+    mig = yaml.safe_load(yaml.safe_load(tree["mig/configmap.yaml"])["data"]["config.yaml"])
+    assert [(e["devices"], e["mig-devices"], e["device-filter"]) for e in mig["mig-configs"]["h100-mig"]] == [
+        ([0, 1, 2, 3], {"1g.10gb": 7}, "0x233010DE"),
+        ([4, 5, 6, 7], {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}, "0x233010DE"),
+    ]
+
+
+def test_operator_cluster_policy_points_at_the_configmaps_of_the_same_tree(example_policy: Load) -> None:
+    tree = compile_policy(example_policy("h20-mig"))
+    cluster_policy = yaml.safe_load(tree["gpu-operator/clusterpolicy.yaml"])
+    paths = ("device-plugin/configmap.yaml", "mig/configmap.yaml")
+    names = {yaml.safe_load(tree[p])["metadata"]["name"] for p in paths}
+    assert {cluster_policy["spec"]["devicePlugin"]["config"]["name"],
+            cluster_policy["spec"]["migManager"]["config"]["name"]} == names
+    assert cluster_policy["spec"]["mig"] == {"strategy": "mixed"}
+    assert "ServerSideApply=true" in cluster_policy["metadata"]["annotations"]["argocd.argoproj.io/sync-options"]
+    changed = compile_policy(example_policy("h20-mig", ("1g.12gb: 2", "1g.12gb: 3")))
+    moved = yaml.safe_load(changed["gpu-operator/clusterpolicy.yaml"])["spec"]["devicePlugin"]["config"]["name"]
+    assert moved == yaml.safe_load(changed["device-plugin/configmap.yaml"])["metadata"]["name"] != \
+        cluster_policy["spec"]["devicePlugin"]["config"]["name"]
+
+
+def test_operator_report_says_which_labels_go_on_which_nodes_and_how(example_policy: Load) -> None:
+    report = compile_policy(example_policy("h20-mig"))["REPORT.md"].decode()
+    assert "- **h20** (nodes matching `gpu-pool=h20`): `nvidia.com/device-plugin.config=h20`, " \
+           "`nvidia.com/mig.config=h20`" in report
+    assert "kubectl label nodes -l gpu-pool=h20 nvidia.com/device-plugin.config=h20 nvidia.com/mig.config=h20 " \
+           "--overwrite" in report
+
+
+# ----------------------------------------------------------------------- kubectl kustomize
+
+
+@functools.cache
+def kustomize_build(directory: str) -> subprocess.CompletedProcess[str]:
+    """One `kubectl kustomize` per tree; skipped without kubectl unless CI demands it."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        if os.environ.get("GPUPOLICY_REQUIRE_KUBECTL") == "1":
+            pytest.fail("kubectl is not on PATH, and GPUPOLICY_REQUIRE_KUBECTL=1 makes that a failure")
+        pytest.skip("kubectl is not on PATH")
+    return subprocess.run([kubectl, "kustomize", directory], capture_output=True, text=True, check=False,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_committed_tree_builds_with_kubectl_kustomize_without_a_warning(name: str) -> None:
+    built = kustomize_build(str(ROOT / "examples" / "clusters" / name / "out"))
+    assert built.returncode == 0, built.stderr
+    assert built.stderr == ""
+    kinds = [doc["kind"] for doc in yaml.safe_load_all(built.stdout)]
+    assert "ConfigMap" in kinds
+
+
+def test_the_built_operator_tree_references_only_configmaps_it_contains() -> None:
+    built = kustomize_build(str(ROOT / "examples" / "clusters" / "h20-mig" / "out"))
+    documents = list(yaml.safe_load_all(built.stdout))
+    config_maps = {d["metadata"]["name"] for d in documents if d["kind"] == "ConfigMap"}
+    cluster_policy = next(d for d in documents if d["kind"] == "ClusterPolicy")
+    assert "namespace" not in cluster_policy["metadata"]
+    assert cluster_policy["spec"]["devicePlugin"]["config"]["name"] in config_maps
+    assert cluster_policy["spec"]["migManager"]["config"]["name"] in config_maps
+
+
+def test_the_built_standalone_tree_mounts_configmaps_it_contains() -> None:
+    built = kustomize_build(str(ROOT / "examples" / "clusters" / "mixed-fleet" / "out"))
+    documents = list(yaml.safe_load_all(built.stdout))
+    config_maps = {d["metadata"]["name"] for d in documents if d["kind"] == "ConfigMap"}
+    daemon_sets = [d for d in documents if d["kind"] == "DaemonSet"]
+    assert len(daemon_sets) == 5
+    for daemon_set in daemon_sets:
+        volume = next(v for v in daemon_set["spec"]["template"]["spec"]["volumes"] if v["name"] == "config")
+        assert volume["configMap"]["name"] in config_maps
+
+
+def test_a_missing_kubectl_fails_when_ci_requires_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("GPUPOLICY_REQUIRE_KUBECTL", "1")
+    with pytest.raises(pytest.fail.Exception, match="GPUPOLICY_REQUIRE_KUBECTL=1"):
+        kustomize_build.__wrapped__("unused")
+    monkeypatch.delenv("GPUPOLICY_REQUIRE_KUBECTL")
+    with pytest.raises(pytest.skip.Exception):
+        kustomize_build.__wrapped__("unused")
+
+
+MPS_CLASS = """    - name: a100-mps
+      nodeSelector:
+        gpu-pool: a100
+      gpu: {model: A100-SXM4-80GB, count: 4}
+      sharing:
+        mps: {replicas: 4}
+  tenants:
+"""
+
+
+def test_operator_mode_reports_an_mps_class_the_cluster_wide_mixed_strategy_would_break(
+    example_policy: Load,
+) -> None:
+    policy = example_policy("h20-mig", ("  tenants:\n", MPS_CLASS))
+    tree = compile_policy(policy)
+    assert yaml.safe_load(tree["gpu-operator/clusterpolicy.yaml"])["spec"]["mig"] == {"strategy": "mixed"}
+    assert "class a100-mps uses MPS, which the plugin refuses with mig.strategy mixed" in tree["REPORT.md"].decode()
+    configs = yaml.safe_load(tree["device-plugin/configmap.yaml"])["data"]
+    assert sorted(configs) == ["a100-mps", "h20"]
+    assert yaml.safe_load(configs["a100-mps"])["flags"] == {"migStrategy": "none"}

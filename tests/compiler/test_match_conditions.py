@@ -1,0 +1,256 @@
+"""The webhook's matchConditions, evaluated by a real CEL engine over objects of every registered kind."""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Callable
+from typing import Any
+
+# cel_k8s lives in tests/ (a test helper, not product code); pytest puts only this file's directory on the path.
+import cel_k8s
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compiler.admission import MATCH_CONDITIONS
+
+Obj = dict[str, Any]
+
+# ---------------------------------------------------------------- object builders
+
+
+def container(name: str = "main", *, limits: Obj | None = None, requests: Obj | None = None,
+              resources: bool = True) -> Obj:
+    """A container; resources=False leaves the `resources` key out entirely."""
+    out: Obj = {"name": name, "image": "busybox"}
+    if resources:
+        out["resources"] = {}
+        if limits is not None:
+            out["resources"]["limits"] = limits
+        if requests is not None:
+            out["resources"]["requests"] = requests
+    return out
+
+
+def pod_spec(*containers: Obj, init: list[Obj] | None = None) -> Obj:
+    spec: Obj = {"containers": list(containers)}
+    if init is not None:
+        spec["initContainers"] = init
+    return spec
+
+
+def pod(spec: Obj) -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team"}, "spec": spec}
+
+
+def controller(api_version: str, kind: str) -> Callable[[Obj], Obj]:
+    def build(spec: Obj) -> Obj:
+        return {"apiVersion": api_version, "kind": kind, "metadata": {"name": "w", "namespace": "team"},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "w"}},
+                         "template": {"metadata": {"labels": {"app": "w"}}, "spec": spec}}}
+    return build
+
+
+def cronjob(spec: Obj) -> Obj:
+    return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c", "namespace": "team"},
+            "spec": {"schedule": "0 * * * *",
+                     "jobTemplate": {"spec": {"template": {"metadata": {}, "spec": spec}}}}}
+
+
+KINDS: dict[str, Callable[[Obj], Obj]] = {
+    "Pod": pod,
+    "Deployment": controller("apps/v1", "Deployment"),
+    "ReplicaSet": controller("apps/v1", "ReplicaSet"),
+    "StatefulSet": controller("apps/v1", "StatefulSet"),
+    "DaemonSet": controller("apps/v1", "DaemonSet"),
+    "Job": controller("batch/v1", "Job"),
+    "CronJob": cronjob,
+    "ReplicationController": controller("v1", "ReplicationController"),
+}
+CONTROLLERS = [kind for kind in KINDS if kind != "Pod"]
+
+GPU_SPECS: dict[str, Obj] = {
+    "whole gpu limit": pod_spec(container(limits={"nvidia.com/gpu": 1, "cpu": "1"})),
+    "gpu in requests only": pod_spec(container(requests={"nvidia.com/gpu": "1"})),
+    "mig profile": pod_spec(container(limits={"nvidia.com/mig-1g.12gb": 1})),
+    "renamed shared gpu": pod_spec(container(limits={"nvidia.com/gpu.shared": 1})),
+    "gpu in the second container only": pod_spec(container("a", resources=False),
+                                                 container("b", limits={"nvidia.com/gpu": 2})),
+    "gpu in an init container only": pod_spec(container(resources=False),
+                                              init=[container("init", limits={"nvidia.com/gpu": 1})]),
+    "gpu in a restartable sidecar": pod_spec(
+        container(limits={"cpu": "1"}),
+        init=[{**container("side", limits={"nvidia.com/gpu": 1}), "restartPolicy": "Always"}]),
+}
+
+PLAIN_SPECS: dict[str, Obj] = {
+    "cpu and memory only": pod_spec(container(limits={"cpu": "1", "memory": "1Gi"}, requests={"cpu": "1"})),
+    "no resources key": pod_spec(container(resources=False)),
+    "empty resources": pod_spec(container()),
+    "requests but no limits": pod_spec(container(requests={"cpu": "100m"})),
+    "limits but no requests": pod_spec(container(limits={"memory": "1Gi"})),
+    "no init containers key": pod_spec(container(limits={"cpu": "1"})),
+    "empty init containers": pod_spec(container(), init=[]),
+    "init container without resources": pod_spec(container(), init=[container("init", resources=False)]),
+    "another vendor's gpu": pod_spec(container(limits={"amd.com/gpu": 1, "gpu.intel.com/i915": 1})),
+    "nvidia in the middle of a name": pod_spec(container(limits={"example.com/nvidia.com-gpu": 1})),
+    "no containers key": {},
+}
+
+
+def verdicts(obj: Obj | None, old: Obj | None = None) -> list[bool]:
+    """Every condition's value; evaluating them all proves none errors, even after another is false."""
+    operation = "CREATE" if old is None else "UPDATE"
+    request = {"operation": operation, "namespace": "team", "dryRun": False}
+    return [cel_k8s.evaluate(expression, object=obj, old_object=old, request=request)
+            for _, expression in MATCH_CONDITIONS]
+
+
+def sent(obj: Obj | None, old: Obj | None = None) -> bool:
+    """Whether the API server would call the webhook: every matchCondition is true."""
+    return all(verdicts(obj, old))
+
+
+# ---------------------------------------------------------------- shape
+
+
+def test_the_conditions_are_valid_for_the_api_server_and_all_compile_to_booleans() -> None:
+    names = [name for name, _ in MATCH_CONDITIONS]
+    assert 1 <= len(names) <= cel_k8s.MAX_MATCH_CONDITIONS
+    assert len(set(names)) == len(names)
+    # matchCondition names are qualified names (admissionregistration validation).
+    assert all(re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?", name) for name in names)
+    for _, expression in MATCH_CONDITIONS:
+        cel_k8s.compile_expression(expression)
+
+
+def test_the_conditions_use_no_optionals_or_bind_so_they_compile_on_kubernetes_1_28() -> None:
+    for _, expression in MATCH_CONDITIONS:
+        assert ".?" not in expression and "[?" not in expression and "cel.bind" not in expression
+
+
+# ---------------------------------------------------------------- CREATE
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("case", GPU_SPECS)
+def test_a_new_object_requesting_an_nvidia_resource_is_sent_for_every_kind(kind: str, case: str) -> None:
+    assert sent(KINDS[kind](GPU_SPECS[case]))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("case", PLAIN_SPECS)
+def test_a_new_object_without_nvidia_resources_is_not_sent_and_nothing_errors(kind: str, case: str) -> None:
+    assert sent(KINDS[kind](PLAIN_SPECS[case])) is False
+
+
+def test_quantities_in_any_form_do_not_change_the_verdict() -> None:
+    for amount in (1, "1", 1000, "500m", 0):
+        assert sent(pod(pod_spec(container(limits={"nvidia.com/gpu": amount}))))
+
+
+def test_ephemeral_containers_are_ignored_because_the_api_forbids_their_resources() -> None:
+    spec = pod_spec(container())
+    spec["ephemeralContainers"] = [container("debug", limits={"nvidia.com/gpu": 1})]
+    assert not sent(pod(spec))
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}, "spec": {"replicas": 1}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "x"}, "spec": {"template": {}}},
+        {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "x"}, "spec": {"jobTemplate": {}}},
+        {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "x"},
+         "spec": {"jobTemplate": {"spec": {"template": {"metadata": {}}}}}},
+    ],
+    ids=["no spec", "no template", "template without spec", "jobTemplate without spec", "template without spec"],
+)
+def test_objects_missing_intermediate_fields_are_not_sent_and_never_error(obj: Obj) -> None:
+    assert sent(obj) is False
+    assert sent(obj, old=obj) is False
+
+
+# ---------------------------------------------------------------- UPDATE
+
+
+@pytest.mark.parametrize("kind", CONTROLLERS)
+def test_an_update_that_removes_the_gpus_is_sent_because_the_old_object_had_them(kind: str) -> None:
+    old = KINDS[kind](GPU_SPECS["whole gpu limit"])
+    new = KINDS[kind](PLAIN_SPECS["cpu and memory only"])
+    assert sent(new, old=old)
+
+
+@pytest.mark.parametrize("kind", CONTROLLERS)
+def test_an_update_that_adds_or_changes_gpus_is_sent(kind: str) -> None:
+    plain = KINDS[kind](PLAIN_SPECS["cpu and memory only"])
+    one = KINDS[kind](GPU_SPECS["whole gpu limit"])
+    two = KINDS[kind](pod_spec(container(limits={"nvidia.com/gpu": 2, "cpu": "1"})))
+    assert sent(one, old=plain)
+    assert sent(two, old=one)
+
+
+@pytest.mark.parametrize("kind", CONTROLLERS)
+def test_an_update_that_moves_a_gpu_workload_to_other_nodes_is_sent(kind: str) -> None:
+    old = KINDS[kind](GPU_SPECS["mig profile"])
+    new = copy.deepcopy(old)
+    template = new["spec"]["jobTemplate"]["spec"]["template"] if kind == "CronJob" else new["spec"]["template"]
+    template["spec"]["nodeSelector"] = {"gpu-pool": "h20"}
+    assert sent(new, old=old)
+
+
+@pytest.mark.parametrize("kind", CONTROLLERS)
+def test_an_update_that_leaves_the_pod_spec_alone_is_not_sent(kind: str) -> None:
+    # Scaling, relabelling and a controller's bookkeeping (the Deployment controller's ReplicaSet updates,
+    # the garbage collector's finalizers) keep working while the webhook is down.
+    old = KINDS[kind](GPU_SPECS["whole gpu limit"])
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"team": "a"}
+    new["metadata"]["annotations"] = {"deployment.kubernetes.io/desired-replicas": "3"}
+    new["metadata"]["finalizers"] = ["foregroundDeletion"]
+    if kind != "CronJob":
+        new["spec"]["replicas"] = 3
+        new["spec"]["template"]["metadata"]["annotations"] = {"kubectl.kubernetes.io/restartedAt": "now"}
+    else:
+        new["spec"]["suspend"] = True
+    assert verdicts(new, old=old) == [True, False]
+
+
+@pytest.mark.parametrize("kind", CONTROLLERS)
+def test_an_update_of_a_workload_that_never_had_gpus_is_not_sent(kind: str) -> None:
+    old = KINDS[kind](PLAIN_SPECS["cpu and memory only"])
+    new = KINDS[kind](PLAIN_SPECS["limits but no requests"])
+    assert sent(new, old=old) is False
+
+
+# ---------------------------------------------------------------- property: agrees with a Python reference
+
+RESOURCE_NAMES = ["cpu", "memory", "nvidia.com/gpu", "nvidia.com/mig-1g.12gb", "amd.com/gpu"]
+amounts = st.dictionaries(st.sampled_from(RESOURCE_NAMES), st.integers(min_value=0, max_value=2000), max_size=2)
+resources = st.fixed_dictionaries({}, optional={"limits": amounts, "requests": amounts})
+containers = st.builds(
+    lambda name, res: {"name": name, **({} if res is None else {"resources": res})},
+    st.sampled_from(["a", "b"]), st.one_of(st.none(), resources),
+)
+specs = st.fixed_dictionaries(
+    {}, optional={"containers": st.lists(containers, max_size=2), "initContainers": st.lists(containers, max_size=2)}
+)
+
+
+def requests_nvidia(spec: Obj) -> bool:
+    ctrs = spec.get("containers", []) + spec.get("initContainers", [])
+    return any(name.startswith("nvidia.com/") for c in ctrs
+               for field in ("limits", "requests") for name in c.get("resources", {}).get(field, {}))
+
+
+@settings(max_examples=120, deadline=None)
+@given(kind=st.sampled_from(sorted(KINDS)), new=specs, old=st.one_of(st.none(), specs))
+def test_the_conditions_agree_with_a_python_reference_on_random_pod_specs(
+    kind: str, new: Obj, old: Obj | None
+) -> None:
+    gpus = requests_nvidia(new) or (old is not None and requests_nvidia(old))
+    changed = old is None or cel_k8s.to_unstructured(new) != cel_k8s.to_unstructured(old)
+    build = KINDS[kind]
+    assert sent(build(new), None if old is None else build(old)) is (gpus and changed)

@@ -1,0 +1,116 @@
+"""Prometheus metrics on an explicit registry: decisions by rule, latency, policy generation, cert expiry."""
+
+# Under gunicorn with several worker processes every worker counts in its own memory, so a scrape that
+# lands on one worker would see a fraction of the traffic. With `multiprocess_dir` set, prometheus_client
+# writes each sample to a per-process mmap file there and /metrics merges all workers' files
+# (MultiProcessCollector). Gauges say how to merge: `livemax`/`livemin` over live workers, whose files
+# serve.py discards when a worker exits (`mark_process_dead`). The directory must be in
+# PROMETHEUS_MULTIPROC_DIR before prometheus_client is first imported, which serve.py guarantees.
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import values as prometheus_values
+
+from webhook import review, store
+
+#: Admission handling is pure and in memory: the interesting range is 0.5 ms to a few ms (webhook.md §6),
+#: with the API server's 3 s timeout the far end.
+DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    """Every metric the webhook exports, registered on `registry` (never prometheus_client's global one)."""
+
+    def __init__(self, registry: CollectorRegistry, *, multiprocess_dir: Path | None = None) -> None:
+        if multiprocess_dir is not None and prometheus_values.ValueClass is prometheus_values.MutexValue:
+            raise RuntimeError(
+                "prometheus_client was imported before PROMETHEUS_MULTIPROC_DIR was set, so its samples "
+                "cannot be shared between worker processes; start the server with `gpupolicy webhook serve`"
+            )
+        self.registry = registry
+        self.multiprocess_dir = multiprocess_dir
+        self.decisions = Counter(
+            "gpupolicy_admission_decisions", "Admission reviews answered, one sample per rule that fired "
+            "(rule=none when none did); outcome is allow, deny, warn, audit, skip or error.",
+            ["rule", "outcome", "kind", "operation"], registry=registry,
+        )
+        self.duration = Histogram(
+            "gpupolicy_admission_duration_seconds", "Time to parse, evaluate and answer one review.",
+            buckets=DURATION_BUCKETS, registry=registry,
+        )
+        self.certificate_expiry = Gauge(
+            "gpupolicy_certificate_expiry_timestamp_seconds",
+            "notAfter of the serving certificate in use, as a Unix timestamp (the soonest across workers).",
+            registry=registry, multiprocess_mode="livemin",
+        )
+        self.certificate_reloads = Counter(
+            "gpupolicy_certificate_reloads", "Serving certificate changes picked up without a restart, by outcome.",
+            ["outcome"], registry=registry,
+        )
+        self.policy_generation = Gauge(
+            "gpupolicy_policy_generation",
+            "How many times this worker loaded a new policy (1 after start); the highest across workers.",
+            registry=registry, multiprocess_mode="livemax",
+        )
+        self.policy_reload_failures = Counter(
+            "gpupolicy_policy_reload_failures",
+            "Policy files that could not be read or loaded; the last good policy stayed in force.",
+            registry=registry,
+        )
+        self.policy_info = Gauge(
+            "gpupolicy_policy_info", "1 for the policy in force (cluster name, sha256 of the policy file).",
+            ["cluster", "digest"], registry=registry, multiprocess_mode="livemax",
+        )
+        self.internal_errors = Counter(
+            "gpupolicy_webhook_internal_errors",
+            "Unexpected exceptions caught by the last-resort handler (each one is a bug).",
+            registry=registry,
+        )
+        self._policy_labels: tuple[str, str] | None = None
+
+    # --- store.StoreObserver ----------------------------------------------------------------------------
+
+    def policy_loaded(self, snapshot: store.Snapshot) -> None:
+        labels = (snapshot.policy.cluster, snapshot.digest)
+        if self._policy_labels and self._policy_labels != labels:
+            if self.multiprocess_dir is None:
+                self.policy_info.remove(*self._policy_labels)
+            else:  # a sample already written to this worker's file cannot be removed, only zeroed
+                self.policy_info.labels(*self._policy_labels).set(0)
+        self._policy_labels = labels
+        self.policy_info.labels(*labels).set(1)
+        self.policy_generation.set(snapshot.generation)
+
+    def policy_reload_failed(self) -> None:
+        self.policy_reload_failures.inc()
+
+    # --- tls.CertificateObserver ------------------------------------------------------------------------
+
+    def certificate_loaded(self, not_after: datetime, *, reloaded: bool) -> None:
+        self.certificate_expiry.set(not_after.timestamp())
+        if reloaded:
+            self.certificate_reloads.labels("success").inc()
+
+    def certificate_reload_failed(self) -> None:
+        self.certificate_reloads.labels("failure").inc()
+
+    # --- requests ---------------------------------------------------------------------------------------
+
+    def observe(self, rv: review.Review, verdict: review.Verdict, seconds: float) -> None:
+        for rule, outcome in verdict.rules:
+            self.decisions.labels(rule, outcome, rv.kind["kind"], rv.operation).inc()
+        self.duration.observe(seconds)
+
+    def render(self) -> tuple[bytes, str]:
+        """The text exposition and its content type, merged across workers in multiprocess mode."""
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        from prometheus_client import multiprocess
+
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged, path=str(self.multiprocess_dir))
+        return generate_latest(merged), CONTENT_TYPE_LATEST

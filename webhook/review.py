@@ -1,0 +1,410 @@
+"""Admission reviews: wire types, parsing, the admit-or-skip decision and the response; no Flask, no I/O."""
+
+# This module is the webhook's pure core (like Flask's sansio layer): it turns request bytes into a Review,
+# a Review plus an evaluator into a Verdict, and a Verdict into the response document. It reads no file, no
+# clock and no global state, so every branch is tested without a socket (tests/webhook/test_review.py).
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, NotRequired, Protocol, TypedDict, cast, get_args
+
+__all__ = [
+    "API_VERSIONS",
+    "MAX_WARNINGS_TOTAL_CHARS",
+    "MAX_WARNING_CHARS",
+    "AdmissionReviewOut",
+    "Cause",
+    "Evaluator",
+    "MalformedReview",
+    "Operation",
+    "Review",
+    "Verdict",
+    "build_response",
+    "decide",
+    "fit_warnings",
+    "internal_error",
+    "parse_review",
+]
+
+Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
+OPERATIONS: tuple[Operation, ...] = get_args(Operation)
+V1 = "admission.k8s.io/v1"
+V1BETA1 = "admission.k8s.io/v1beta1"
+#: Versions we answer in kind (webhook.md §0: v1, plus v1beta1 from older API servers and tools).
+API_VERSIONS = (V1, V1BETA1)
+
+# The API server truncates a warning over 256 characters and drops every warning once all of them pass
+# 4096 characters; it asks for 120 or fewer each (webhook.md §1.2).
+MAX_WARNING_CHARS = 120
+MAX_WARNINGS_TOTAL_CHARS = 4096
+_WARNING_PREFIX = re.compile(r"^\s*warning:\s*", re.IGNORECASE)
+
+#: Per-rule outcomes, as counted in metrics and written in request logs.
+Outcome = Literal["allow", "deny", "warn", "audit", "skip", "error"]
+_OUTCOME_BY_SEVERITY: dict[str, Outcome] = {"error": "deny", "warning": "warn", "info": "audit"}
+NO_RULE = "none"
+INTERNAL_ERROR_RULE = "internal-error"
+
+
+# --- wire types (admission.k8s.io/v1 types.go; v1beta1 has the same shape) ----------------------------
+
+
+class GroupVersionKind(TypedDict):
+    group: str
+    version: str
+    kind: str
+
+
+class GroupVersionResource(TypedDict):
+    group: str
+    version: str
+    resource: str
+
+
+class ResponseStatus(TypedDict):
+    """The metav1.Status of a denial; the API server ignores it when allowed is true."""
+
+    code: int
+    reason: str
+    message: str
+
+
+class ResponsePayload(TypedDict):
+    uid: str
+    allowed: bool
+    status: NotRequired[ResponseStatus]
+    warnings: NotRequired[list[str]]
+    auditAnnotations: NotRequired[dict[str, str]]
+
+
+class AdmissionReviewOut(TypedDict):
+    apiVersion: str
+    kind: Literal["AdmissionReview"]
+    response: ResponsePayload
+
+
+class Cause(TypedDict):
+    """One reason a review is malformed, shaped like metav1.StatusCause."""
+
+    field: str
+    message: str
+
+
+# --- parsing -------------------------------------------------------------------------------------------
+
+
+class MalformedReview(Exception):
+    """The body is not a usable AdmissionReview: a bad *call*, answered with HTTP 400 or 422, never 500.
+
+    code 400 means the body is not JSON at all; 422 means it is JSON but not a valid AdmissionReview
+    (the Kubernetes API's own split between BadRequest and Invalid). Every cause found is listed.
+    """
+
+    def __init__(self, causes: Sequence[Cause], *, code: Literal[400, 422] = 422) -> None:
+        self.causes = tuple(causes)
+        self.code = code
+        super().__init__("; ".join(f"{c['field']}: {c['message']}" if c["field"] else c["message"]
+                                   for c in self.causes))
+
+
+@dataclass(frozen=True)
+class Review:
+    """The parts of an AdmissionReview request the webhook reads; object contents pass through untouched."""
+
+    api_version: str
+    uid: str
+    kind: GroupVersionKind
+    resource: GroupVersionResource
+    operation: Operation
+    sub_resource: str = ""
+    namespace: str = ""
+    name: str = ""
+    object: Mapping[str, Any] | None = None
+    old_object: Mapping[str, Any] | None = None
+    dry_run: bool = False
+    username: str = ""
+
+    @property
+    def object_name(self) -> str:
+        """The object's name, or its generateName (as `prefix-*`) for a CREATE that has none yet."""
+        if self.name:
+            return self.name
+        metadata = (self.object or {}).get("metadata")
+        if isinstance(metadata, Mapping):
+            name, prefix = metadata.get("name"), metadata.get("generateName")
+            if isinstance(name, str) and name:
+                return name
+            if isinstance(prefix, str) and prefix:
+                return f"{prefix}*"
+        return ""
+
+    @property
+    def object_key(self) -> str:
+        """`namespace/name`, or the name alone for a cluster-scoped object (or a review without namespace)."""
+        key = f"{self.namespace}/{self.object_name}" if self.namespace else self.object_name
+        return key or "<unnamed>"
+
+    @property
+    def object_ref(self) -> str:
+        """`Kind namespace/name` as people write it in kubectl output and logs."""
+        return f"{self.kind['kind']} {self.object_key}"
+
+
+def parse_review(body: bytes | str) -> Review:
+    """Parse a request body into a Review.
+
+    Raises MalformedReview (code 400) when the body is not UTF-8 JSON, and (code 422) listing every
+    problem when it is JSON but not an admission.k8s.io/v1 or v1beta1 AdmissionReview request.
+    """
+    try:
+        data = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise MalformedReview([Cause(field="", message=f"the body is not JSON: {err}")], code=400) from None
+    except RecursionError:  # a pathologically nested document: still the client's fault
+        raise MalformedReview([Cause(field="", message="the body nests too deeply")], code=400) from None
+    if not isinstance(data, dict):
+        raise MalformedReview([Cause(field="", message=f"expected an AdmissionReview object, got {_type(data)}")])
+    return _parse_document(data)
+
+
+def _parse_document(data: dict[str, Any]) -> Review:
+    causes: list[Cause] = []
+    fields = _Fields(causes)
+    api_version = data.get("apiVersion")
+    if api_version not in API_VERSIONS:
+        causes.append(Cause(field="apiVersion",
+                            message=f"expected one of {', '.join(API_VERSIONS)}, got {api_version!r}"))
+    if data.get("kind") != "AdmissionReview":
+        causes.append(Cause(field="kind", message=f"expected AdmissionReview, got {data.get('kind')!r}"))
+    request = data.get("request")
+    if not isinstance(request, dict):
+        causes.append(Cause(field="request", message=f"expected an object, got {_type(request)}"))
+        raise MalformedReview(causes)
+    uid = fields.string(request, "uid", required=True)
+    kind = fields.group_version(request, "kind", "kind")
+    resource = fields.group_version(request, "resource", "resource")
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        causes.append(Cause(field="request.operation",
+                            message=f"expected one of {', '.join(OPERATIONS)}, got {operation!r}"))
+    sub_resource = fields.string(request, "subResource")
+    namespace = fields.string(request, "namespace")
+    name = fields.string(request, "name")
+    obj = fields.mapping(request, "object")
+    old_obj = fields.mapping(request, "oldObject")
+    dry_run = request.get("dryRun", False)
+    if dry_run is None:
+        dry_run = False
+    if not isinstance(dry_run, bool):
+        causes.append(Cause(field="request.dryRun", message=f"expected a boolean, got {_type(dry_run)}"))
+    user_info = request.get("userInfo")
+    username = ""
+    if isinstance(user_info, dict) and isinstance(user_info.get("username"), str):
+        username = user_info["username"]
+    if operation in ("CREATE", "UPDATE") and obj is None and "request.object" not in fields.bad:
+        causes.append(Cause(field="request.object", message=f"a {operation} review must carry the object"))
+    if causes:
+        raise MalformedReview(causes)
+    return Review(
+        api_version=cast(str, api_version),
+        uid=uid,
+        kind=cast(GroupVersionKind, kind),
+        resource=cast(GroupVersionResource, resource),
+        operation=cast(Operation, operation),
+        sub_resource=sub_resource,
+        namespace=namespace,
+        name=name,
+        object=obj,
+        old_object=old_obj,
+        dry_run=bool(dry_run),
+        username=username,
+    )
+
+
+@dataclass
+class _Fields:
+    """Typed field readers that record a Cause instead of raising, so one pass reports every problem."""
+
+    causes: list[Cause]
+    bad: set[str] = field(default_factory=set)
+
+    def _fail(self, path: str, message: str) -> None:
+        self.bad.add(path)
+        self.causes.append(Cause(field=path, message=message))
+
+    def string(self, request: dict[str, Any], key: str, *, required: bool = False) -> str:
+        value = request.get(key)
+        if value is None and not required:
+            return ""
+        if not isinstance(value, str) or (required and not value):
+            self._fail(f"request.{key}", f"expected a non-empty string, got {_type(value)}" if required
+                       else f"expected a string, got {_type(value)}")
+            return ""
+        return value
+
+    def mapping(self, request: dict[str, Any], key: str) -> Mapping[str, Any] | None:
+        value = request.get(key)
+        if value is None or isinstance(value, dict):
+            return value
+        self._fail(f"request.{key}", f"expected an object or null, got {_type(value)}")
+        return None
+
+    def group_version(self, request: dict[str, Any], key: str, last: str) -> dict[str, str]:
+        value = request.get(key)
+        if not isinstance(value, dict):
+            self._fail(f"request.{key}", f"expected an object with group, version and {last}, got {_type(value)}")
+            return {}
+        out: dict[str, str] = {}
+        for part in ("group", "version", last):
+            item = value.get(part, "" if part == "group" else None)
+            if not isinstance(item, str) or (part == last and not item):
+                self._fail(f"request.{key}.{part}", f"expected a {'non-empty ' if part == last else ''}string,"
+                                                    f" got {_type(item)}")
+                continue
+            out[part] = item
+        return out
+
+
+def _type(value: object) -> str:
+    if value is None:
+        return "null"
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
+             float: "a number"}
+    return names.get(type(value), type(value).__name__)
+
+
+# --- deciding ------------------------------------------------------------------------------------------
+
+
+class DiagnosticLike(Protocol):
+    @property
+    def code(self) -> str: ...
+    @property
+    def severity(self) -> str: ...
+
+
+class DecisionLike(Protocol):
+    """What the rule engine returns (policy/engine.py `Decision`)."""
+
+    @property
+    def allowed(self) -> bool: ...
+    @property
+    def diagnostics(self) -> Sequence[DiagnosticLike]: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def warnings(self) -> Sequence[str]: ...
+    @property
+    def audit_annotations(self) -> Mapping[str, str]: ...
+
+
+class Evaluator(Protocol):
+    """The rule engine's call (policy/engine.py `Engine.evaluate`)."""
+
+    def evaluate(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        tenants: Sequence[str] = (),
+        operation: str = "CREATE",
+        old_obj: Mapping[str, Any] | None = None,
+    ) -> DecisionLike: ...
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The answer to one review, before it is put on the wire.
+
+    `rules` pairs each rule that fired with its outcome (or `none` with allow/skip when none fired), for
+    metrics and logs; `skipped` says why the engine was not consulted at all.
+    """
+
+    allowed: bool
+    code: int = 200
+    reason: str = ""
+    message: str = ""
+    warnings: tuple[str, ...] = ()
+    audit_annotations: Mapping[str, str] = field(default_factory=dict)
+    rules: tuple[tuple[str, Outcome], ...] = ((NO_RULE, "allow"),)
+    skipped: str = ""
+
+
+def decide(review: Review, evaluator: Evaluator, *, tenants: Sequence[str] = ()) -> Verdict:
+    """Evaluate a review, or skip what a GPU policy never judges.
+
+    Skipped, and allowed: DELETE and CONNECT (a webhook must never block deletes: Kyverno #4686) and every
+    subresource (scale, status, ephemeralcontainers: none carries a pod template's GPU requests). A dryRun
+    review is evaluated like any other, so `kubectl apply --dry-run=server` sees the real verdict.
+    """
+    if review.operation in ("DELETE", "CONNECT"):
+        return Verdict(allowed=True, rules=((NO_RULE, "skip"),), skipped=f"operation {review.operation}")
+    if review.sub_resource:
+        return Verdict(allowed=True, rules=((NO_RULE, "skip"),), skipped=f"subresource {review.sub_resource}")
+    assert review.object is not None  # parse_review guarantees it for CREATE and UPDATE
+    decision = evaluator.evaluate(
+        review.object, tenants=tuple(tenants), operation=review.operation, old_obj=review.old_object
+    )
+    rules = tuple(dict.fromkeys(
+        (d.code, _OUTCOME_BY_SEVERITY.get(d.severity, "audit")) for d in decision.diagnostics
+    ))
+    warnings = fit_warnings(decision.warnings)
+    audit = {str(k): str(v) for k, v in decision.audit_annotations.items()}
+    if decision.allowed:
+        return Verdict(allowed=True, warnings=warnings, audit_annotations=audit,
+                       rules=rules or ((NO_RULE, "allow"),))
+    denied_by = [rule for rule, outcome in rules if outcome == "deny"]
+    message = decision.message or f"{review.object_ref} is denied by gpupolicy rule(s) {', '.join(denied_by)}"
+    return Verdict(allowed=False, code=403, reason="Forbidden", message=message, warnings=warnings,
+                   audit_annotations=audit, rules=rules or ((NO_RULE, "deny"),))
+
+
+def internal_error(review: Review, incident: str) -> Verdict:
+    """Fail closed on a bug: a denial with code 500 InternalError, answered with HTTP 200.
+
+    An HTTP 500 would hand the verdict to the webhook's failurePolicy, and under Ignore a GPU pod the
+    policy never saw would slip through; HAMi's `admission.Errored(500, ...)` shows how that reads to
+    users (webhook.md §1.2, §3.3). Denying with status code 500 keeps the object out whatever the
+    failurePolicy, and kubectl shows it as an internal error, not as a policy violation.
+    """
+    return Verdict(
+        allowed=False, code=500, reason="InternalError",
+        message=(f"gpupolicy could not evaluate {review.object_ref} (internal error {incident}); "
+                 "the request was refused to be safe: retry, and report the incident id if it persists"),
+        rules=((INTERNAL_ERROR_RULE, "error"),),
+    )
+
+
+def fit_warnings(warnings: Sequence[str]) -> tuple[str, ...]:
+    """Warnings as the API server wants them: unprefixed, deduplicated, ≤120 characters, ≤4096 in all."""
+    out: list[str] = []
+    total = 0
+    for raw in warnings:
+        text = " ".join(_WARNING_PREFIX.sub("", str(raw)).split())
+        if not text or text in out:
+            continue
+        if len(text) > MAX_WARNING_CHARS:
+            text = text[: MAX_WARNING_CHARS - 1].rstrip() + "…"
+        if total + len(text) > MAX_WARNINGS_TOTAL_CHARS:
+            break
+        out.append(text)
+        total += len(text)
+    return tuple(out)
+
+
+# --- responding ----------------------------------------------------------------------------------------
+
+
+def build_response(review: Review, verdict: Verdict) -> AdmissionReviewOut:
+    """The AdmissionReview answer, in the apiVersion the request came in, echoing its uid."""
+    response: ResponsePayload = {"uid": review.uid, "allowed": verdict.allowed}
+    if not verdict.allowed:
+        response["status"] = {"code": verdict.code, "reason": verdict.reason, "message": verdict.message}
+    if verdict.warnings:
+        response["warnings"] = list(verdict.warnings)
+    if verdict.audit_annotations:
+        response["auditAnnotations"] = dict(verdict.audit_annotations)
+    return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": response}

@@ -1,0 +1,76 @@
+"""HTTP routes: /validate (default and per tenant), /healthz, /readyz, /metrics; each parse → evaluate → respond."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from flask import Blueprint, Response, g, jsonify, request
+from werkzeug.exceptions import BadRequest, NotFound, UnsupportedMediaType
+
+from webhook import review
+from webhook.app import EXTENSION, current_webhook, status_response
+
+blueprint = Blueprint(EXTENSION, __name__)
+
+# Tenant names are DNS labels in the spec (policy/model.py Tenant.name), so anything else is no route.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+@blueprint.before_request
+def _refresh_policy() -> None:
+    # Liveness stays trivial; every other call, probes included, lets the store notice a new policy file.
+    if request.endpoint != f"{EXTENSION}.healthz":
+        current_webhook().store.maybe_refresh()
+
+
+@blueprint.post("/validate", defaults={"tenant": None})
+@blueprint.post("/validate/tenant/<tenant>")
+def validate(tenant: str | None) -> Response:
+    """Admit one AdmissionReview: the default entry evaluates with no tenant, a tenant entry with its name.
+
+    The ValidatingWebhookConfiguration routes each tenant's namespaces (by namespaceSelector) to its path,
+    so the webhook needs no API access to learn a namespace's labels; the API server ANDs the verdicts.
+    """
+    g.started = time.perf_counter()
+    if tenant is not None and not _DNS_LABEL.match(tenant):
+        raise NotFound(f"{tenant!r} is not a tenant name (tenant names are DNS labels)")
+    rv = g.review = review.parse_review(_json_body())
+    verdict = current_webhook().admit(rv, tenant=tenant, started=g.started)
+    return jsonify(review.build_response(rv, verdict))
+
+
+@blueprint.get("/healthz")
+def healthz() -> Response:
+    """Liveness: the process answers. It never depends on the policy, so a bad ConfigMap cannot restart us."""
+    return jsonify(status="ok")
+
+
+@blueprint.get("/readyz")
+def readyz() -> Response:
+    """Readiness: 503 until a valid policy is loaded, and again once SIGTERM has started the drain."""
+    webhook = current_webhook()
+    snapshot = webhook.store.current
+    if webhook.drain.draining:
+        return status_response(503, "shutting down: draining in-flight requests")
+    if snapshot is None:
+        return status_response(503, f"no valid admission policy is loaded: {webhook.store.last_error}")
+    return jsonify(status="ok", cluster=snapshot.policy.cluster, generation=snapshot.generation,
+                   digest=snapshot.digest)
+
+
+@blueprint.get("/metrics")
+def metrics() -> Response:
+    body, content_type = current_webhook().metrics.render()
+    return Response(body, content_type=content_type)
+
+
+def _json_body() -> bytes:
+    """The raw body of a JSON request: 415 for another media type, 413 (before reading) when too large."""
+    if not request.is_json:
+        raise UnsupportedMediaType(
+            f"expected Content-Type application/json, got {request.mimetype or 'none'!r}")
+    body = request.get_data(cache=True)
+    if not body:
+        raise BadRequest("the request body is empty; expected an AdmissionReview")
+    return body

@@ -1,0 +1,159 @@
+"""Production serving: gunicorn gthread workers over TLS, a readiness drain on SIGTERM, metrics across workers."""
+
+# Nothing here may import prometheus_client (or webhook.app/metrics) at module level: `run` must put
+# PROMETHEUS_MULTIPROC_DIR in the environment first (metrics.py says why).
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import os
+import shutil
+import ssl
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gunicorn.app.base import BaseApplication
+from gunicorn.arbiter import Arbiter
+
+from webhook import tls
+from webhook.settings import Settings, SettingsError
+
+log = logging.getLogger("gpupolicy.webhook.serve")
+#: gunicorn's worker heartbeat timeout: a worker silent this long is killed and replaced.
+WORKER_TIMEOUT_SECONDS = 30
+
+
+def run(settings: Settings) -> int:
+    """Serve until SIGTERM (drain, then exit 0) or SIGINT. Raises SettingsError for unusable certificates."""
+    if settings.cert_file is None or settings.key_file is None:
+        raise SettingsError("the webhook serves TLS only: give --cert-dir, or --cert and --key")
+    _configure_logging(settings.log_level)
+    reloader = tls.CertificateReloader(settings.cert_file, settings.key_file)
+    try:
+        reloader.context()  # fail now, with a message, rather than at the first handshake
+    except (OSError, ssl.SSLError, ValueError) as err:
+        raise SettingsError(f"cannot load the serving certificate {settings.cert_file}: {err}") from None
+    metrics_dir, owned = _prepare_metrics_dir(settings)
+    master = os.getpid()
+    try:
+        WebhookServer(dataclasses.replace(settings, metrics_dir=metrics_dir), reloader).run()
+    finally:
+        # Workers are forked from inside run() and unwind through here too when they exit: only the
+        # master may remove the directory they all write to.
+        if owned and metrics_dir is not None and os.getpid() == master:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+    return 0
+
+
+def _prepare_metrics_dir(settings: Settings) -> tuple[Path | None, bool]:
+    """The multiprocess metrics directory (given, or a fresh one when workers > 1), and whether we own it."""
+    directory, owned = settings.metrics_dir, False
+    if directory is None and settings.workers > 1:
+        directory, owned = Path(tempfile.mkdtemp(prefix="gpupolicy-metrics-")), True
+    if directory is None:
+        return None, False
+    if "prometheus_client" in sys.modules and "PROMETHEUS_MULTIPROC_DIR" not in os.environ:
+        raise RuntimeError("prometheus_client was imported before serve.run set PROMETHEUS_MULTIPROC_DIR")
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):  # a previous run's samples (prometheus_client docs: wipe on start)
+        stale.unlink()
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(directory)
+    log.info("metrics of all workers are merged through %s", directory)
+    return directory, owned
+
+
+def _configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"))
+    logger = logging.getLogger("gpupolicy")
+    logger.handlers[:] = [handler]
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+def _address(bind: str, port: int) -> str:
+    return f"[{bind}]:{port}" if ":" in bind else f"{bind}:{port}"
+
+
+class WebhookServer(BaseApplication):  # type: ignore[misc]
+    """gunicorn configured in code: no config file, no command line of its own."""
+
+    def __init__(self, settings: Settings, reloader: tls.CertificateReloader) -> None:
+        from webhook.app import DrainFlag  # after PROMETHEUS_MULTIPROC_DIR is set (app imports metrics)
+
+        self.settings = settings
+        self.reloader = reloader
+        self.drain = DrainFlag()  # shared memory, created before the fork
+        super().__init__()
+
+    def load_config(self) -> None:
+        s = self.settings
+        options: dict[str, Any] = {
+            "bind": [_address(s.bind, s.port)],
+            "worker_class": "gthread",
+            "workers": s.workers,
+            "threads": s.threads,
+            "certfile": str(s.cert_file),
+            "keyfile": str(s.key_file),
+            "ssl_context": self.reloader,  # called per connection: rotation without restart (tls.py)
+            "timeout": WORKER_TIMEOUT_SECONDS,
+            "graceful_timeout": math.ceil(s.graceful_timeout_seconds),
+            "keepalive": math.ceil(s.keepalive_seconds),
+            "accesslog": None,  # routes log each review with its verdict; paths alone say nothing
+            "errorlog": "-",
+            "loglevel": s.log_level,
+            "proc_name": "gpupolicy-webhook",
+            "child_exit": self._child_exit,
+            # gunicorn >= 24 opens a control socket in the working directory; a read-only,
+            # non-root container has no use for it.
+            "control_socket_disable": True,
+        }
+        for key, value in options.items():
+            if key in self.cfg.settings:
+                self.cfg.set(key, value)
+
+    def load(self) -> Any:
+        """Runs in each worker after the fork: its own store, metrics and Flask app."""
+        from webhook.app import EXTENSION, create_app
+
+        app = create_app(self.settings, drain=self.drain)
+        self.reloader.observe(app.extensions[EXTENSION].metrics)
+        return app
+
+    def run(self) -> None:
+        try:
+            _DrainingArbiter(self).run()
+        except RuntimeError as err:  # what BaseApplication.run turns into a message, too
+            raise SettingsError(str(err)) from None
+
+    def _child_exit(self, arbiter: Arbiter, worker: Any) -> None:
+        if self.settings.metrics_dir is not None:
+            from prometheus_client import multiprocess
+
+            # Drops the dead worker's live* gauge samples; its counters stay, as counters must.
+            multiprocess.mark_process_dead(worker.pid, str(self.settings.metrics_dir))
+
+
+class _DrainingArbiter(Arbiter):  # type: ignore[misc]
+    """gunicorn's master, with a readiness drain in front of its graceful SIGTERM shutdown.
+
+    Kubernetes sends SIGTERM and removes the pod from the Service's endpoints at the same time, and the
+    API server may keep sending reviews until the removal has propagated. So the master first flips the
+    shared drain flag (every worker's /readyz answers 503) and keeps the listeners open for
+    drain_seconds; then gunicorn's own graceful stop closes them and lets in-flight requests finish
+    within graceful_timeout. terminationGracePeriodSeconds must exceed the sum.
+    """
+
+    def handle_term(self) -> None:
+        server: WebhookServer = self.app
+        server.drain.begin()
+        seconds = server.settings.drain_seconds
+        self.log.info("SIGTERM: readiness is off; serving for %.1fs more, then stopping gracefully", seconds)
+        # Workers serve meanwhile; the master only waits (signals arriving now stay queued).
+        time.sleep(seconds)
+        raise StopIteration

@@ -1,0 +1,131 @@
+"""Webhook settings: one frozen dataclass, from GPUPOLICY_* environment variables overridden by flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from webhook.certs import CERT_FILE, KEY_FILE
+
+ENV_PREFIX = "GPUPOLICY_"
+MIB = 1024 * 1024
+
+
+class SettingsError(ValueError):
+    """A setting that cannot be used; the message names the flag or variable."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the webhook process is configured with.
+
+    Worker model: gunicorn's gthread worker, 2 processes x 4 threads by default, sized for the 2-CPU pod
+    the compiler emits. Evaluation is pure Python and holds the GIL, so one process can use only one CPU;
+    two processes use both during a burst (a rollout creating many pods), and keep serving if one dies.
+    Threads cover what waits rather than computes: TLS handshakes and reading request bodies; idle
+    keep-alive connections from the API server wait in the worker's selector and hold no thread. Several
+    processes mean Prometheus multiprocess mode (`metrics_dir`, see metrics.py).
+    """
+
+    policy_file: Path | None = None
+    """The compiled admission-policy.json (a ConfigMap mount in production)."""
+    spec_file: Path | None = None
+    """A ClusterGPUPolicy YAML instead, compiled in memory (local use)."""
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    bind: str = "0.0.0.0"
+    port: int = 8443
+    workers: int = 2
+    threads: int = 4
+    max_content_length: int = 3 * MIB
+    """Request bodies above this get 413 before they are read; the API server caps a request at 3 MiB."""
+    reload_interval_seconds: float = 2.0
+    """How often the policy file is re-hashed (it is checked on requests and readiness probes)."""
+    drain_seconds: float = 5.0
+    """After SIGTERM: how long /readyz answers 503 while requests are still served, so endpoints drop us."""
+    graceful_timeout_seconds: float = 10.0
+    """Then: how long in-flight requests may take to finish before workers are killed. The compiled
+    Deployment's preStop sleep (10 s) + drain + this must stay under terminationGracePeriodSeconds (30 s)."""
+    keepalive_seconds: float = 75.0
+    """Idle keep-alive lifetime; the API server reuses connections (webhook.md §1.10)."""
+    log_level: str = "info"
+    log_objects: bool = False
+    """Log admitted objects' contents at debug level (off: logs carry names, never specs or secrets)."""
+    metrics_dir: Path | None = None
+    """prometheus_client multiprocess directory (PROMETHEUS_MULTIPROC_DIR); serve.py fills it in."""
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **flags: Any) -> Settings:
+        """Settings from GPUPOLICY_* variables, then flags (None means "not given"); raises SettingsError."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            name = ENV_PREFIX + f.name.upper()
+            if f.name == "metrics_dir":
+                name = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own variable
+            elif f.name in ("policy_file", "spec_file", "cert_file", "key_file"):
+                name = ENV_PREFIX + f.name.removesuffix("_file").upper()
+            if env.get(name, "") != "":
+                values[f.name] = _convert(f.name, name, env[name])
+        cert_dir = flags.pop("cert_dir", None) or env.get(ENV_PREFIX + "CERT_DIR") or None
+        given = {k: v for k, v in flags.items() if v is not None}
+        for key, value in given.items():
+            values[key] = _convert(key, "--" + key.replace("_", "-"), value)
+        if cert_dir is not None:
+            if "cert_file" in given or "key_file" in given:
+                raise SettingsError("give either --cert-dir or --cert and --key, not both")
+            values["cert_file"] = Path(cert_dir) / CERT_FILE
+            values["key_file"] = Path(cert_dir) / KEY_FILE
+        settings = cls(**values)
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Raise SettingsError for contradictory or out-of-range values."""
+        if self.policy_file and self.spec_file:
+            raise SettingsError("give either a policy file (--policy) or a spec (--spec), not both")
+        if (self.cert_file is None) != (self.key_file is None):
+            raise SettingsError("the certificate and its key go together (--cert and --key, or --cert-dir)")
+        if not 0 < self.port < 65536:
+            raise SettingsError(f"port {self.port} is not between 1 and 65535")
+        if self.workers < 1 or self.threads < 1:
+            raise SettingsError("workers and threads must be at least 1")
+        if self.max_content_length < 1024:
+            raise SettingsError("max content length below 1 KiB would refuse every AdmissionReview")
+        for name in ("reload_interval_seconds", "drain_seconds", "graceful_timeout_seconds", "keepalive_seconds"):
+            if getattr(self, name) < 0:
+                raise SettingsError(f"{name.replace('_', ' ')} must not be negative")
+
+    @property
+    def policy_path(self) -> Path | None:
+        return self.policy_file or self.spec_file
+
+
+def _to_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+_CONVERTERS: dict[str, Callable[[str], Any]] = {
+    "port": int, "workers": int, "threads": int, "max_content_length": int,
+    "reload_interval_seconds": float, "drain_seconds": float, "graceful_timeout_seconds": float,
+    "keepalive_seconds": float, "log_objects": _to_bool, "log_level": str.lower, "bind": str,
+    "policy_file": Path, "spec_file": Path, "cert_file": Path, "key_file": Path, "metrics_dir": Path,
+}
+
+
+def _convert(field_name: str, source: str, value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return _CONVERTERS[field_name](value)
+    except (ValueError, KeyError) as err:
+        raise SettingsError(f"{source}={value!r}: {err}") from None
