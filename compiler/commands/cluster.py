@@ -89,20 +89,20 @@ def _load(path: str) -> ClusterGPUPolicy | None:
     from policy.load import load_policy
 
     text = read_text(path)
-    found = [text] if isinstance(text, Diagnostic) else []
-    result = None if found else load_policy(text, filename=path)  # type: ignore[arg-type]
-    if result is not None:
-        found = [d for d in result.diagnostics if d.severity == "error" and d.code not in _VERIFIABLE_DESPITE]
-    if result is None or result.policy is None or found:
-        report = Report(diagnostics=found or list(result.diagnostics if result else ()), files=1)
-        sys.stderr.write(render_text(report))
-        print("gpupolicy cluster verify: error: the spec has errors, so there is nothing sound to verify against\n"
-              "  fix: run gpupolicy validate on it and fix what it reports", file=sys.stderr)
+    if isinstance(text, Diagnostic):
+        result, found = None, [text]
+    else:
+        result = load_policy(text, filename=path)
+        found = [d for d in result.diagnostics if d.severity == "error"]
+    blocking = [d for d in found if d.code not in _VERIFIABLE_DESPITE]
+    if result is None or result.policy is None or blocking:
+        sys.stderr.write(render_text(Report(diagnostics=blocking or found, files=1)))
+        print("gpupolicy cluster verify: error: the spec cannot be used as it is, so there is nothing sound to verify "
+              "against\n  fix: fix what is reported above (gpupolicy validate checks the spec)", file=sys.stderr)
         return None
-    tolerated = [d for d in result.diagnostics if d.severity == "error"]
-    if tolerated:
-        print(f"gpupolicy cluster verify: note: the spec has {len(tolerated)} error(s) verify can look past "
-              f"({', '.join(sorted({d.code for d in tolerated}))}); gpupolicy validate lists them", file=sys.stderr)
+    if found:
+        print(f"gpupolicy cluster verify: note: the spec has {len(found)} error(s) verify can look past "
+              f"({', '.join(sorted({d.code for d in found}))}); gpupolicy validate lists them", file=sys.stderr)
     return result.policy
 
 

@@ -1,4 +1,4 @@
-"""Builds the recorded API responses of tests/cluster/recorded/<scenario>/*.json (run: python tests/cluster/build_recorded.py).
+"""Builds the recorded API responses, tests/cluster/recorded/<scenario>/*.json (python tests/cluster/build_recorded.py).
 
 The label sets follow the real GFD dumps in /work/shared/fixtures/nodes (named per node below) and the GFD rules of
 device-plugin.md §6; the seed cluster follows seed 003 (TKE, 8 nodes, L20 + T4, plugin v0.14.5, a rollout stuck 28
@@ -81,13 +81,15 @@ def gfd_labels(product: str, memory: int, compute: str, family: str, replicas: i
     dump, fixtures/nodes/nvidia-docs-openshift-t4-time-sliced-g4dn.yaml)."""
     major, minor = compute.split(".")
     return {
-        "nvidia.com/cuda.driver.major": "570", "nvidia.com/cuda.driver.minor": "158", "nvidia.com/cuda.driver.rev": "01",
+        "nvidia.com/cuda.driver.major": "570", "nvidia.com/cuda.driver.minor": "158",
+        "nvidia.com/cuda.driver.rev": "01",
         "nvidia.com/cuda.runtime.major": "12", "nvidia.com/cuda.runtime.minor": "8",
         "nvidia.com/gfd.timestamp": "1749714000",
         "nvidia.com/gpu.compute.major": major, "nvidia.com/gpu.compute.minor": minor,
         "nvidia.com/gpu.count": "1", "nvidia.com/gpu.family": family, "nvidia.com/gpu.machine": "CVM",
         "nvidia.com/gpu.memory": str(memory), "nvidia.com/gpu.product": product,
-        "nvidia.com/gpu.replicas": str(replicas), "nvidia.com/mig.capable": "false", "nvidia.com/mig.strategy": "single",
+        "nvidia.com/gpu.replicas": str(replicas), "nvidia.com/mig.capable": "false",
+        "nvidia.com/mig.strategy": "single",
     }
 
 
@@ -228,7 +230,8 @@ def plugin_pods() -> list[Obj]:
     return [
         {"metadata": meta(f"nvidia-device-plugin-daemonset-{suffix}", "kube-system", created=ago(days=120),
                           ownerReferences=[ds], labels={"name": "nvidia-device-plugin-ds"}),
-         "spec": {"nodeName": node_name, "containers": [{"name": "nvidia-device-plugin-ctr", "image": TKE_PLUGIN_IMAGE}]},
+         "spec": {"nodeName": node_name,
+                  "containers": [{"name": "nvidia-device-plugin-ctr", "image": TKE_PLUGIN_IMAGE}]},
          "status": {"phase": "Running", **running(ago(days=120)),
                     "containerStatuses": [{"name": "nvidia-device-plugin-ctr", "ready": True, "restartCount": 0,
                                            "state": {"running": {"startedAt": ago(days=120)}}}]}}

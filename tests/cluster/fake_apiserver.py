@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from email.utils import format_datetime
 from datetime import datetime
+from email.utils import format_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -102,12 +102,13 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
         def date_time_string(self, timestamp: float | None = None) -> str:
             return format_datetime(server.date, usegmt=True)  # the recorded moment, so ages are stable
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        def do_GET(self) -> None:
             server.requests.append(("GET", self.path))
             url = urlparse(self.path)
             route = _route(url.path)
             if route is None:
-                self._send(404, _status(404, "NotFound", f"the server could not find the requested resource ({url.path})"))
+                missing = f"the server could not find the requested resource ({url.path})"
+                self._send(404, _status(404, "NotFound", missing))
                 return
             resource, namespace = route
             fault = server.faults.get(resource)
@@ -123,7 +124,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             server.requests.append((self.command, self.path))
             self._send(405, _status(405, "MethodNotAllowed", "the fake API server is read-only"))
 
-        do_POST = do_PUT = do_PATCH = do_DELETE = _refuse_write  # noqa: N815
+        do_POST = do_PUT = do_PATCH = do_DELETE = _refuse_write
 
         def _send(self, code: int, body: Obj) -> None:
             data = json.dumps(body).encode()

@@ -15,10 +15,10 @@ from fake_apiserver import Fault
 
 from compiler.cluster import snapshot
 
-RBAC_FIX = ("  fix: grant get and list on nodes, pods, events, configmaps (core) and daemonsets, replicasets, deployments "
-            "(apps), e.g. kubectl create clusterrole gpupolicy-reader --verb=get,list --resource=nodes,pods,events,"
-            "configmaps,daemonsets.apps,replicasets.apps,deployments.apps && kubectl create clusterrolebinding "
-            "gpupolicy-reader --clusterrole=gpupolicy-reader --user=<you>\n")
+RBAC_FIX = ("  fix: grant get and list on nodes, pods, events, configmaps (core) and daemonsets, replicasets, "
+            "deployments (apps), e.g. kubectl create clusterrole gpupolicy-reader --verb=get,list "
+            "--resource=nodes,pods,events,configmaps,daemonsets.apps,replicasets.apps,deployments.apps && "
+            "kubectl create clusterrolebinding gpupolicy-reader --clusterrole=gpupolicy-reader --user=<you>\n")
 
 
 def test_a_forbidden_node_list_names_the_verb_the_resource_and_the_rbac_fix(cluster, gpupolicy):
@@ -116,7 +116,7 @@ def test_a_spec_with_errors_is_refused_before_the_cluster_is_read(cluster, gpupo
     result = gpupolicy("cluster", "verify", "-p", spec, "--kubeconfig", seed.kubeconfig)
     assert (result.code, result.out) == (2, "")
     assert "error[unknown-gpu-model]" in result.err
-    assert result.err.endswith("  fix: run gpupolicy validate on it and fix what it reports\n")
+    assert result.err.endswith("  fix: fix what is reported above (gpupolicy validate checks the spec)\n")
     assert seed.server.requests == []
 
 

@@ -106,7 +106,8 @@ def test_a_pending_pod_on_a_full_but_correct_cluster_is_a_warning_that_does_not_
 PENDING_BATCH_POD = {
     "metadata": {"name": "nlp-batch-0", "namespace": "nlp", "uid": "uid-nlp-batch-0",
                  "creationTimestamp": "2025-06-12T07:50:00Z",
-                 "ownerReferences": [{"kind": "StatefulSet", "name": "nlp-batch", "uid": "uid-sts", "controller": True}]},
+                 "ownerReferences": [{"kind": "StatefulSet", "name": "nlp-batch", "uid": "uid-sts",
+                                      "controller": True}]},
     "spec": {"containers": [{"name": "batch", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
     "status": {"phase": "Pending"},
 }
