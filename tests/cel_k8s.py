@@ -36,46 +36,10 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional, ext_strings
 
-__all__ = ["GPU_MATCH_CONDITIONS", "CelError", "canonical_quantity", "evaluate", "to_unstructured"]
+__all__ = ["CelError", "canonical_quantity", "evaluate", "to_unstructured"]
 
 #: Kubernetes allows at most 64 matchConditions per webhook (webhook.md §1.9).
 MAX_MATCH_CONDITIONS = 64
-
-# Guarded pod-spec test, with the pod spec bound to `s`. Every level is guarded with has(): a missing
-# intermediate field is an error in CEL, not false (cel-monitoring.md §1.3 item 4). Ephemeral containers are
-# skipped because the API forbids `resources` on them (webhook.md §1.4); pod-level `spec.resources` only takes
-# cpu, memory and hugepages. Requests are read as well as limits: the API copies limits into requests, but a
-# hand-written object may carry only one of them, and an extended resource in requests alone is rejected later
-# by API validation, not here.
-_POD_SPEC_REQUESTS_NVIDIA = (
-    "((has(s.containers) ? s.containers : []) + (has(s.initContainers) ? s.initContainers : []))"
-    ".exists(c, has(c.resources) && ("
-    "(has(c.resources.limits) && c.resources.limits.exists(k, k.startsWith('nvidia.com/'))) || "
-    "(has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('nvidia.com/')))))"
-)
-
-# The pod spec of any kind the webhook registers, chosen by shape because one webhook entry sees every kind:
-# CronJob `spec.jobTemplate.spec.template.spec`; Deployment, ReplicaSet, StatefulSet, DaemonSet, Job and
-# ReplicationController `spec.template.spec`; Pod `spec` (webhook.md §2.4). A one-element list plus exists()
-# binds it to `s` without `cel.bind`, which older apiservers lack.
-_POD_SPEC_OF_O = (
-    "[has(o.spec.jobTemplate) && has(o.spec.jobTemplate.spec) && has(o.spec.jobTemplate.spec.template)"
-    " && has(o.spec.jobTemplate.spec.template.spec) ? o.spec.jobTemplate.spec.template.spec"
-    " : has(o.spec.template) && has(o.spec.template.spec) ? o.spec.template.spec"
-    " : o.spec]"
-)
-
-# Both objects are checked so that an UPDATE which removes the GPUs (old had them, new does not) still reaches
-# the webhook; `oldObject` is null on CREATE and `object` on DELETE. Only has() guards and standard macros are
-# used, so the expression compiles on every apiserver with matchConditions (beta 1.28, GA 1.30), before
-# optionals (1.29). The list literal `[object, oldObject]` is homogeneous (both `dyn`).
-GPU_MATCH_CONDITIONS: tuple[tuple[str, str], ...] = (
-    (
-        "requests-nvidia-resources",
-        f"[object, oldObject].exists(o, o != null && has(o.spec) && "
-        f"{_POD_SPEC_OF_O}.exists(s, {_POD_SPEC_REQUESTS_NVIDIA}))",
-    ),
-)
 
 _VARIABLES = ("object", "oldObject", "request")
 
