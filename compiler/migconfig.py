@@ -19,7 +19,8 @@ def mig_classes(policy: ClusterGPUPolicy) -> tuple[NodeClass, ...]:
 
 
 def has_mig(policy: ClusterGPUPolicy) -> bool:
-    return bool(mig_classes(policy))
+    # Asked once per class while rendering: stop at the first MIG class instead of sorting them all.
+    return any(nc.sharing.mig is not None for nc in policy.spec.node_classes)
 
 
 def config_name(policy: ClusterGPUPolicy, node_class: NodeClass) -> str | None:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from typing import Any
 
 import yaml
 from yaml.nodes import ScalarNode
+from yaml.representer import SafeRepresenter
+from yaml.resolver import Resolver
+
+try:  # libyaml's emitter: the same bytes as PyYAML's for the documents the fast path admits, 6x faster
+    from yaml.cyaml import CEmitter
+except ImportError:  # pragma: no cover - PyYAML built without libyaml
+    CEmitter = None
 
 STR_TAG = "tag:yaml.org,2002:str"
 
@@ -56,22 +64,106 @@ def is_ambiguous(text: str) -> bool:
     """True when a plain scalar ``text`` would not be read back as this string by some YAML reader."""
     if text == "" or _LOOKALIKE.match(text):
         return True
-    return Dumper.resolve(Dumper, ScalarNode, text, (True, False)) != STR_TAG  # type: ignore[arg-type]
+    return _scalar_tag(text, (True, False)) != STR_TAG
+
+
+_DUMP_OPTIONS: dict[str, Any] = {
+    "sort_keys": True,
+    "width": 2**31 - 1,  # never wrap: wrapped scalars churn diffs (ecosystem.md §1.7)
+    "allow_unicode": True,
+    "default_flow_style": False,
+    "indent": 2,
+    "line_break": "\n",
+}
 
 
 def dump_yaml(data: Any) -> bytes:
     """One YAML document as UTF-8 bytes: sorted keys, no line wrapping, LF, exactly one final newline."""
-    text = yaml.dump(
-        data,
-        Dumper=Dumper,
-        sort_keys=True,
-        width=2**31 - 1,  # never wrap: wrapped scalars churn diffs (ecosystem.md §1.7)
-        allow_unicode=True,
-        default_flow_style=False,
-        indent=2,
-        line_break="\n",
-    )
+    text = None
+    if _LibyamlDumper is not None and isinstance(data, dict | list):
+        try:
+            text = yaml.dump(data, Dumper=_LibyamlDumper, **_DUMP_OPTIONS)
+        except _NotPlain:
+            pass
+    if text is None:
+        text = yaml.dump(data, Dumper=Dumper, **_DUMP_OPTIONS)
     return text.encode("utf-8")  # yaml.dump ends every document with exactly one line break
+
+
+# --- the fast path -------------------------------------------------------------------------------------
+# PyYAML's pure-Python emitter was 80% of `gpupolicy compile` for large fleets (docs/performance.md).
+# libyaml's emitter writes the same bytes for everything we generate, but not for every input: it
+# escapes astral-plane characters, writes `"": x` where PyYAML writes `? ""`, ends a `|+` block with
+# `...`, and indents literal blocks in nested sequences differently. So a document takes the fast path
+# only when it is a mapping or list whose keys and strings are printable ASCII of the shapes below;
+# on any other string the fast dumper gives up and PyYAML's emitter, the reference, writes the document
+# (a description with an emoji, say). bench/yaml_bench.py compares both emitters over this class of
+# documents, and tests/test_bench_smoke.py runs it.
+
+
+class _NotPlain(Exception):
+    """A string outside the class on which libyaml's and PyYAML's emitters agree."""
+
+
+def _is_plain_string(text: str) -> bool:
+    if not text.isascii():
+        return False
+    if text.isprintable():
+        return True
+    return "\n" in text and text.replace("\n", "").isprintable() and not (
+        text.startswith((" ", "\n")) or text.endswith("\n\n"))
+
+
+def _is_plain_key(key: Any) -> bool:
+    # Both emitters write keys over 128 characters as "? " keys, but not identically around the limit.
+    return type(key) is str and 0 < len(key) <= 100 and key.isascii() and key.isprintable()
+
+
+@functools.lru_cache(maxsize=8192)
+def _scalar_tag(value: str, implicit: tuple[bool, bool]) -> str:
+    return Resolver.resolve(Dumper, ScalarNode, value, implicit)  # type: ignore[arg-type]
+
+
+if CEmitter is not None:
+
+    class _LibyamlDumper(CEmitter, SafeRepresenter, Resolver):  # type: ignore[misc]
+        """Dumper's representers on libyaml's emitter; raises _NotPlain outside the agreed class."""
+
+        def __init__(self, stream: Any, *, default_style: str | None = None, default_flow_style: bool | None = False,
+                     canonical: bool | None = None, indent: int | None = None, width: int | None = None,
+                     allow_unicode: bool | None = None, line_break: str | None = None, encoding: str | None = None,
+                     explicit_start: bool | None = None, explicit_end: bool | None = None,
+                     version: tuple[int, int] | None = None, tags: dict[str, str] | None = None,
+                     sort_keys: bool = True) -> None:
+            CEmitter.__init__(self, stream, canonical=canonical, indent=indent, width=width, encoding=encoding,
+                              allow_unicode=allow_unicode, line_break=line_break, explicit_start=explicit_start,
+                              explicit_end=explicit_end, version=version, tags=tags)
+            SafeRepresenter.__init__(self, default_style=default_style, default_flow_style=default_flow_style,
+                                     sort_keys=sort_keys)
+            Resolver.__init__(self)
+
+        ignore_aliases = Dumper.ignore_aliases
+
+        def represent_str(self, data: str) -> ScalarNode:
+            if not _is_plain_string(data):
+                raise _NotPlain
+            return Dumper.represent_str(self, data)  # type: ignore[arg-type]
+
+        def represent_mapping(self, tag: str, mapping: Any, flow_style: bool | None = None) -> Any:
+            if not all(_is_plain_key(key) for key in mapping):
+                raise _NotPlain
+            return super().represent_mapping(tag, mapping, flow_style)
+
+        def resolve(self, kind: type, value: Any, implicit: tuple[bool, bool]) -> str:
+            # The emitter asks twice per scalar; with no path resolvers a scalar's tag depends on its text
+            # alone, and manifests repeat the same keys and values thousands of times.
+            if kind is ScalarNode:
+                return _scalar_tag(value, implicit)
+            return super().resolve(kind, value, implicit)  # type: ignore[no-any-return]
+
+    _LibyamlDumper.add_representer(str, _LibyamlDumper.represent_str)
+else:  # pragma: no cover
+    _LibyamlDumper = None  # type: ignore[assignment,misc]
 
 
 def dump_json(data: Any) -> bytes:

@@ -171,17 +171,41 @@ def _new_sibling(parent: Path, name: str, kind: str) -> Path:
 
 
 def _fill(root: Path, tree: Mapping[str, bytes]) -> None:
+    written = []
     for relative, data in tree.items():
         path = root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         _write_file(path, data)
+        written.append(path)
+    _make_durable(root, written)
 
 
 def _write_file(path: Path, data: bytes) -> None:
     with open(path, "xb") as file:
         file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
+
+
+def _make_durable(root: Path, paths: list[Path]) -> None:
+    """Flush every written file to disk before the swap makes the tree the output.
+
+    One syncfs(2) on the staging directory's file system where Linux offers it: one journal commit
+    instead of one fsync per file, 0.1 s instead of 0.7 s for a 1,000-class tree of 2,269 files
+    (docs/performance.md). Elsewhere, or if it fails, each file is fsynced as before.
+    """
+    syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    if syncfs is not None:
+        fd = os.open(root, os.O_RDONLY)
+        try:
+            if syncfs(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _swap(staging: Path, out_dir: Path) -> Path | None:

@@ -66,19 +66,45 @@ def check_gpu_models(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
 
 def check_overlapping_classes(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
     classes = policy.spec.node_classes
-    for j, b in enumerate(classes):
-        for i in range(j):
-            a = classes[i]
-            if a.name == b.name or selectors.conflicting_key(a.node_selector, b.node_selector):
-                continue
-            yield Diagnostic(
-                "overlapping-node-classes",
-                f"node classes {a.name!r} and {b.name!r} can select the same node: a node carrying both "
-                "label sets would run two device plugins that register the same resources",
-                _class_path(j, "nodeSelector"),
-                f"make the selectors disjoint: give both a key with different values (e.g. "
-                f"node.kubernetes.io/instance-type), as {a.name!r} has {_fmt(a.node_selector)}",
-            )
+    for j, i in _overlapping_pairs([nc.name for nc in classes], [nc.node_selector for nc in classes]):
+        a, b = classes[i], classes[j]
+        yield Diagnostic(
+            "overlapping-node-classes",
+            f"node classes {a.name!r} and {b.name!r} can select the same node: a node carrying both "
+            "label sets would run two device plugins that register the same resources",
+            _class_path(j, "nodeSelector"),
+            f"make the selectors disjoint: give both a key with different values (e.g. "
+            f"node.kubernetes.io/instance-type), as {a.name!r} has {_fmt(a.node_selector)}",
+        )
+
+
+def _overlapping_pairs(names: list[str], node_selectors: list[dict[str, str]]) -> Iterator[tuple[int, int]]:
+    """(j, i) for every i < j whose equality selectors share no key with different values, and whose
+    names differ (a duplicate name is check_unique_names' finding), ordered by j, then i.
+
+    The same pairs as testing selectors.conflicting_key on all n(n-1)/2 pairs, without the quadratic
+    Python loop: class i conflicts with class j exactly when i has some key of j's selector but not
+    j's value for it, so with one bitset (an int, bit i for class i) per key and per key=value seen so
+    far, j's conflicting classes are an OR over j's few labels of ``has_key & ~has_value``. A 1,000-class
+    fleet takes milliseconds instead of a second (docs/performance.md).
+    """
+    has_key: dict[str, int] = {}
+    has_value: dict[tuple[str, str], int] = {}
+    has_name: dict[str, int] = {}
+    for j, (name, selector) in enumerate(zip(names, node_selectors, strict=True)):
+        excluded = has_name.get(name, 0)
+        for key, value in selector.items():
+            excluded |= has_key.get(key, 0) & ~has_value.get((key, value), 0)
+        overlapping = ((1 << j) - 1) & ~excluded
+        while overlapping:
+            lowest = overlapping & -overlapping
+            yield j, lowest.bit_length() - 1
+            overlapping ^= lowest
+        bit = 1 << j
+        has_name[name] = has_name.get(name, 0) | bit
+        for key, value in selector.items():
+            has_key[key] = has_key.get(key, 0) | bit
+            has_value[(key, value)] = has_value.get((key, value), 0) | bit
 
 
 def _fmt(labels: dict[str, str]) -> str:

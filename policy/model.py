@@ -28,8 +28,8 @@ RuleMode = Literal["enforce", "warn", "audit"]
 
 DnsLabel = Annotated[
     str,
+    # Lowercase RFC 1123 label, at most 40 characters so names derived from it stay within 63.
     StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=40),
-    Field(description="Lowercase DNS label (RFC 1123), at most 40 characters so derived names stay valid."),
 ]
 PluginVersion = Annotated[
     str,
@@ -86,9 +86,13 @@ class Metadata(Model):
 
 class Toleration(Model):
     key: str | None = None
+    """Taint key the toleration matches; empty with operator Exists matches every taint."""
     operator: Literal["Exists", "Equal"] = "Exists"
+    """Exists matches any value; Equal needs value."""
     value: str | None = None
+    """Taint value, for operator Equal."""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """Taint effect to tolerate; empty tolerates every effect."""
 
 
 class PluginFlags(Model):
@@ -99,15 +103,20 @@ class PluginFlags(Model):
     pass_device_specs: StrictBool = False
     """Pass /dev/nvidia* device specs to containers; needed with the CPU manager."""
     device_list_strategy: Literal["envvar", "volume-mounts", "cdi-annotations", "cdi-cri"] = "envvar"
+    """How devices reach containers; cdi-annotations needs v0.14.0, cdi-cri v0.15.0."""
     device_id_strategy: Literal["uuid", "index"] = "uuid"
+    """Whether devices are passed by UUID or by index."""
     nvidia_driver_root: str = "/"
+    """Where the driver is installed on the host (/run/nvidia/driver with the operator's driver container)."""
 
 
 class OperatorSettings(Model):
     """Where the GPU Operator lives (deploy: gpu-operator only)."""
 
     cluster_policy_name: str = "cluster-policy"
+    """Name of the operator's ClusterPolicy the compiled tree points at the generated ConfigMaps."""
     namespace: DnsLabel = "gpu-operator"
+    """Namespace the operator runs in; its device-plugin and MIG ConfigMaps go there."""
 
 
 class DevicePlugin(Model):
@@ -120,12 +129,16 @@ class DevicePlugin(Model):
     namespace: DnsLabel = "kube-system"
     """Namespace of the standalone DaemonSets and their ConfigMap."""
     priority_class_name: str = "system-node-critical"
+    """Priority of the device-plugin pods (the upstream manifests use system-node-critical)."""
     tolerations: tuple[Toleration, ...] = (
         Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),
         Toleration(key="CriticalAddonsOnly", operator="Exists"),
     )
+    """Tolerations of the device-plugin pods, so they run on tainted GPU nodes."""
     flags: PluginFlags = PluginFlags()
+    """Plugin flags written into every class's config file."""
     operator: OperatorSettings = OperatorSettings()
+    """Where the GPU Operator runs (deploy: gpu-operator only)."""
 
     @property
     def version_tuple(self) -> tuple[int, int, int]:
@@ -157,7 +170,9 @@ class ReplicatedSharing(Model):
     """Shared replicas per GPU: give replicas, or let sizing derive them from memory."""
 
     replicas: StrictInt | None = Field(default=None, ge=1, le=1024)
+    """Replicas per GPU (at least 2 to share anything)."""
     sizing: Sizing | None = None
+    """Derive replicas from memory: floor((GPU memory - reserve) / memoryPerReplica)."""
     rename_by_default: StrictBool = False
     """Advertise nvidia.com/gpu.shared instead of nvidia.com/gpu (the product label then keeps no -SHARED)."""
     fail_requests_greater_than_one: StrictBool = True
@@ -186,6 +201,7 @@ class MigGroup(Model):
     gpus: tuple[Annotated[StrictInt, Field(ge=0)], ...] | Literal["all"]
     """GPU indices this layout applies to, or all."""
     layout: dict[MigProfileName, Annotated[StrictInt, Field(ge=1, le=7)]] = Field(min_length=1)
+    """Profile counts per GPU of this group."""
 
 
 class Mig(Model):
@@ -198,6 +214,7 @@ class Mig(Model):
     time_slicing: dict[MigProfileName, Annotated[StrictInt, Field(ge=1, le=1024)]] = Field(default_factory=dict)
     """Time-slicing replicas on top of MIG profiles, e.g. {1g.12gb: 2}."""
     fail_requests_greater_than_one: StrictBool = True
+    """Reject a container that asks for more than one replica of a time-sliced MIG profile."""
 
     @model_validator(mode="after")
     def _layout_or_groups(self) -> Mig:
@@ -232,8 +249,11 @@ class Sharing(Model):
     model_config = ConfigDict(json_schema_extra=_exclusive_schema)
 
     time_slicing: TimeSlicing | None = None
+    """Time-slicing: several pods take turns on each GPU (no memory or fault isolation)."""
     mps: Mps | None = None
+    """MPS: pods run concurrently on each GPU with a memory limit per client (device plugin v0.15+)."""
     mig: Mig | None = None
+    """MIG: each GPU is cut into hardware-isolated instances (Ampere and Hopper data-center GPUs)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -288,23 +308,32 @@ class NodeClass(Model):
     nodes: StrictInt | None = Field(default=None, ge=0)
     """Number of nodes in the class, for the capacity report only."""
     gpu: Gpu
+    """The GPUs every node of the class has: one model, a count per node."""
     sharing: Sharing = Sharing()
+    """How the class's GPUs are shared; exclusive when left out."""
     description: str = ""
+    """Free text shown in the capacity report."""
 
 
 class LabelSelectorRequirement(Model):
     key: LabelKey
+    """Label key the requirement is about."""
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    """How the label's value relates to values."""
     values: tuple[str, ...] = ()
+    """Values for In and NotIn; empty for Exists and DoesNotExist."""
 
 
 class LabelSelector(Model):
     match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    """Labels that must all be present with these values."""
     match_expressions: tuple[LabelSelectorRequirement, ...] = ()
+    """Further requirements, all of which must hold."""
 
 
 class Tenant(Model):
     name: DnsLabel
+    """Tenant name; it names the tenant's webhook entry and appears in denial messages."""
     namespace_selector: LabelSelector
     """Namespaces that belong to this tenant, by their labels (kubernetes.io/metadata.name works)."""
     allow: tuple[SharingMode, ...] = Field(min_length=1)
@@ -327,22 +356,31 @@ class Certificates(Model):
     source: Literal["cert-manager", "secret"] = "cert-manager"
     """cert-manager issues and rotates the serving certificate and injects the CA; secret uses an existing Secret."""
     secret_name: str = "gpupolicy-webhook-tls"
+    """The Secret holding tls.crt and tls.key (written by cert-manager, or by you)."""
     ca_bundle: str | None = None
     """Base64 PEM CA bundle for source: secret (kept out of Git if empty: patch it in your overlay)."""
 
 
 class Admission(Model):
     enabled: StrictBool = True
+    """Compile the webhook's manifests into the tree."""
     enforcement: RuleMode = "enforce"
     """Default mode of every rule: enforce denies, warn returns warnings, audit adds audit annotations."""
     rules: dict[RuleId, RuleMode] = Field(default_factory=dict)
     """Per-rule mode overrides."""
     failure_policy: Literal["Fail", "Ignore"] = "Fail"
+    """What the API server does when the webhook cannot answer: Fail rejects (GPU objects only, thanks to
+    matchConditions), Ignore admits unchecked."""
     timeout_seconds: StrictInt = Field(default=3, ge=1, le=30)
+    """How long the API server waits for a verdict."""
     replicas: StrictInt = Field(default=3, ge=1, le=20)
+    """Webhook pods, spread over nodes and zones."""
     namespace: DnsLabel = "gpupolicy-system"
+    """Namespace of the webhook; it is never sent to the webhook itself."""
     image: str = "ghcr.io/gpupolicy/gpupolicy-webhook:0.1.0"
+    """The webhook image (built from the repository's Dockerfile)."""
     certificates: Certificates = Certificates()
+    """Where the webhook's serving certificate comes from."""
     excluded_namespaces: tuple[str, ...] = ("kube-system",)
     """Namespaces never sent to the webhook (its own namespace is always added)."""
     default_allow: tuple[SharingMode, ...] = SHARING_MODES
@@ -353,15 +391,23 @@ class Spec(Model):
     kubernetes_version: Annotated[str, StringConstraints(pattern=r"^1\.\d+$")] = "1.30"
     """Oldest Kubernetes minor version the output must run on (manifests are validated against it)."""
     device_plugin: DevicePlugin = DevicePlugin()
+    """How the NVIDIA device plugin is deployed, and which release."""
     node_classes: tuple[NodeClass, ...] = Field(min_length=1)
+    """Every kind of GPU node, each selected by labels its nodes already carry."""
     tenants: tuple[Tenant, ...] = ()
+    """Who may use which sharing modes, by namespace."""
     admission: Admission = Admission()
+    """The validating webhook that enforces this policy at pod admission."""
 
 
 class ClusterGPUPolicy(Model):
     """A cluster's GPU-sharing policy: node classes, sharing modes, tenants and admission."""
 
     api_version: Literal["gpupolicy.dev/v1alpha1"]
+    """Always gpupolicy.dev/v1alpha1."""
     kind: Literal["ClusterGPUPolicy"]
+    """Always ClusterGPUPolicy."""
     metadata: Metadata
+    """The cluster's name and labels."""
     spec: Spec
+    """Node classes, device plugin, tenants and admission."""

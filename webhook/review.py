@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import reprlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, Protocol, TypedDict, cast, get_args
@@ -162,7 +163,9 @@ def parse_review(body: bytes | str) -> Review:
     """
     try:
         data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+    except ValueError as err:
+        # JSONDecodeError and UnicodeDecodeError are ValueErrors, and so is the refusal of an integer
+        # literal longer than sys.get_int_max_str_digits() (4300): all mean the body is not usable JSON.
         raise MalformedReview([Cause(field="", message=f"the body is not JSON: {err}")], code=400) from None
     except RecursionError:  # a pathologically nested document: still the client's fault
         raise MalformedReview([Cause(field="", message="the body nests too deeply")], code=400) from None
@@ -177,9 +180,9 @@ def _parse_document(data: dict[str, Any]) -> Review:
     api_version = data.get("apiVersion")
     if api_version not in API_VERSIONS:
         causes.append(Cause(field="apiVersion",
-                            message=f"expected one of {', '.join(API_VERSIONS)}, got {api_version!r}"))
+                            message=f"expected one of {', '.join(API_VERSIONS)}, got {_shown(api_version)}"))
     if data.get("kind") != "AdmissionReview":
-        causes.append(Cause(field="kind", message=f"expected AdmissionReview, got {data.get('kind')!r}"))
+        causes.append(Cause(field="kind", message=f"expected AdmissionReview, got {_shown(data.get('kind'))}"))
     request = data.get("request")
     if not isinstance(request, dict):
         causes.append(Cause(field="request", message=f"expected an object, got {_type(request)}"))
@@ -190,7 +193,7 @@ def _parse_document(data: dict[str, Any]) -> Review:
     operation = request.get("operation")
     if operation not in OPERATIONS:
         causes.append(Cause(field="request.operation",
-                            message=f"expected one of {', '.join(OPERATIONS)}, got {operation!r}"))
+                            message=f"expected one of {', '.join(OPERATIONS)}, got {_shown(operation)}"))
     sub_resource = fields.string(request, "subResource")
     namespace = fields.string(request, "namespace")
     name = fields.string(request, "name")
@@ -267,6 +270,18 @@ class _Fields:
                 continue
             out[part] = item
         return out
+
+
+# Values we did not expect are quoted back to the client and into the log, so they are cut short: the
+# body may hold a 3 MiB string or a list nested 900 deep (reprlib stops at a depth, never recursing on).
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother = 2, 40, 40
+_REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = 3
+
+
+def _shown(value: object) -> str:
+    """A short repr of a value from the request, for messages."""
+    return _REPR.repr(value)
 
 
 def _type(value: object) -> str:

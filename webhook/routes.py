@@ -35,8 +35,10 @@ def validate(tenant: str | None) -> Response:
     g.started = time.perf_counter()
     if tenant is not None and not _DNS_LABEL.match(tenant):
         raise NotFound(f"{tenant!r} is not a tenant name (tenant names are DNS labels)")
-    rv = g.review = review.parse_review(_json_body())
-    verdict = current_webhook().admit(rv, tenant=tenant, started=g.started)
+    webhook = current_webhook()
+    with webhook.in_turn(request.content_length):
+        rv = g.review = review.parse_review(_json_body())
+    verdict = webhook.admit(rv, tenant=tenant, started=g.started)
     return jsonify(review.build_response(rv, verdict))
 
 

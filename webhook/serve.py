@@ -19,6 +19,7 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
+from gunicorn.workers import gthread
 
 from webhook import tls
 from webhook.settings import Settings, SettingsError
@@ -33,7 +34,8 @@ def run(settings: Settings) -> int:
     if settings.cert_file is None or settings.key_file is None:
         raise SettingsError("the webhook serves TLS only: give --cert-dir, or --cert and --key")
     _configure_logging(settings.log_level)
-    reloader = tls.CertificateReloader(settings.cert_file, settings.key_file)
+    reloader = tls.CertificateReloader(settings.cert_file, settings.key_file,
+                                       request_timeout_seconds=settings.request_timeout_seconds)
     try:
         reloader.context()  # fail now, with a message, rather than at the first handshake
     except (OSError, ssl.SSLError, ValueError) as err:
@@ -84,18 +86,23 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
     """gunicorn configured in code: no config file, no command line of its own."""
 
     def __init__(self, settings: Settings, reloader: tls.CertificateReloader) -> None:
-        from webhook.app import DrainFlag  # after PROMETHEUS_MULTIPROC_DIR is set (app imports metrics)
+        from webhook.app import DrainFlag, LargeBodyGate  # after PROMETHEUS_MULTIPROC_DIR is set (app imports metrics)
 
         self.settings = settings
         self.reloader = reloader
         self.drain = DrainFlag()  # shared memory, created before the fork
+        # One large body parsed at a time in the whole pod: the workers lock one file (app.py says why). The
+        # metrics directory is per run and writable (an emptyDir in the compiled Deployment); with a single
+        # worker there is none, and the gate's thread lock is enough.
+        lock_file = settings.metrics_dir / "large-body.lock" if settings.metrics_dir is not None else None
+        self.large_bodies = LargeBodyGate(lock_file)
         super().__init__()
 
     def load_config(self) -> None:
         s = self.settings
         options: dict[str, Any] = {
             "bind": [_address(s.bind, s.port)],
-            "worker_class": "gthread",
+            "worker_class": _Worker,
             "workers": s.workers,
             "threads": s.threads,
             "certfile": str(s.cert_file),
@@ -121,8 +128,9 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         """Runs in each worker after the fork: its own store, metrics and Flask app."""
         from webhook.app import EXTENSION, create_app
 
-        app = create_app(self.settings, drain=self.drain)
+        app = create_app(self.settings, drain=self.drain, large_bodies=self.large_bodies)
         self.reloader.observe(app.extensions[EXTENSION].metrics)
+        logging.getLogger("gunicorn.error").addFilter(_SlowClientLog())
         return app
 
     def run(self) -> None:
@@ -137,6 +145,44 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
 
             # Drops the dead worker's live* gauge samples; its counters stay, as counters must.
             multiprocess.mark_process_dead(worker.pid, str(self.settings.metrics_dir))
+
+
+#: gunicorn >= 24's "park this connection in the poller" answer from ThreadWorker.handle; None before.
+_PARK = getattr(gthread, "_DEFER", None)
+
+
+class _Worker(gthread.ThreadWorker):  # type: ignore[misc]
+    """gunicorn's gthread worker, except that a new connection waits for its first byte in the poller.
+
+    gunicorn 27 hands every accepted connection straight to a thread, which waits up to 5 s
+    (gthread.py `DEFAULT_WORKER_DATA_TIMEOUT`) for the client's first byte before parking it. So a few
+    clients that connect and say nothing (a TCP health check, a port scan, an attack) take every thread
+    for 5 s at a time: 8 silent connections delayed a review by 9.7 s in tests/reliability. Here a silent
+    connection is parked at once and the poller gives it a thread when it becomes readable, which is what
+    gunicorn up to 23 did with every new connection. A parked connection holds no thread and is closed
+    after `keepalive` seconds.
+    """
+
+    def handle(self, conn: Any) -> Any:
+        if _PARK is not None and not conn.initialized and not conn.data_ready and not conn.wait_for_data(0):
+            return _PARK
+        return super().handle(conn)
+
+
+class _SlowClientLog(logging.Filter):
+    """Logs a client we disconnected on purpose (tls.ClientTooSlow) as one warning, not a traceback.
+
+    gthread's `handle` logs any OSError it does not recognise with `log.exception("Socket error processing
+    request.")`; a slow-loris client would fill the log with tracebacks of our own timeout.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, tls.ClientTooSlow):
+            record.msg, record.args = "%s", (str(error),)
+            record.exc_info, record.exc_text = None, None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
 
 
 class _DrainingArbiter(Arbiter):  # type: ignore[misc]

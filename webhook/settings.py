@@ -52,6 +52,10 @@ class Settings:
     Deployment's preStop sleep (10 s) + drain + this must stay under terminationGracePeriodSeconds (30 s)."""
     keepalive_seconds: float = 75.0
     """Idle keep-alive lifetime; the API server reuses connections (webhook.md §1.10)."""
+    request_timeout_seconds: float = 10.0
+    """How long one request may take from its first byte (TLS handshake included) to its last; a client
+    that trickles its handshake, headers or body slower is disconnected (slow-loris, tls.py). The API server
+    itself gives up after the webhook's timeoutSeconds (3 s compiled, 30 s at most)."""
     log_level: str = "info"
     log_objects: bool = False
     """Log admitted objects' contents at debug level (off: logs carry names, never specs or secrets)."""
@@ -99,6 +103,8 @@ class Settings:
         for name in ("reload_interval_seconds", "drain_seconds", "graceful_timeout_seconds", "keepalive_seconds"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name.replace('_', ' ')} must not be negative")
+        if not 0 < self.request_timeout_seconds <= 300:  # also refuses nan and inf
+            raise SettingsError("request timeout seconds must be more than 0 and at most 300")
 
     @property
     def policy_path(self) -> Path | None:
@@ -117,8 +123,9 @@ def _to_bool(text: str) -> bool:
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "port": int, "workers": int, "threads": int, "max_content_length": int,
     "reload_interval_seconds": float, "drain_seconds": float, "graceful_timeout_seconds": float,
-    "keepalive_seconds": float, "log_objects": _to_bool, "log_level": str.lower, "bind": str,
-    "policy_file": Path, "spec_file": Path, "cert_file": Path, "key_file": Path, "metrics_dir": Path,
+    "keepalive_seconds": float, "request_timeout_seconds": float, "log_objects": _to_bool,
+    "log_level": str.lower, "bind": str, "policy_file": Path, "spec_file": Path, "cert_file": Path,
+    "key_file": Path, "metrics_dir": Path,
 }
 
 

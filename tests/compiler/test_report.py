@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from compiler import report
+from policy.load import load_policy_or_raise
 from policy.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
@@ -45,8 +47,11 @@ def test_warnings_of_the_spec_appear_in_the_report(example_policy: Load) -> None
     assert "- warning `operator-image-set` at `spec.devicePlugin.image`:" in report.render_markdown(capacity)
 
 
-def test_advice_on_the_sharing_mode_appears_in_the_report(example_policy: Load) -> None:
-    capacity = report.build_report(example_policy("mixed-fleet"))
+def test_advice_on_the_sharing_mode_appears_in_the_report() -> None:
+    # mixed-fleet sizes its T4s from memory; with bare replicas and no memory basis explain advises against it
+    spec = Path(__file__).parents[2] / "examples" / "clusters" / "mixed-fleet" / "cluster.yaml"
+    text = spec.read_text().replace("sizing: {memoryPerReplica: 3Gi, reserve: 10%}", "replicas: 4")
+    capacity = report.build_report(load_policy_or_raise(text, filename=str(spec)))
     assert ("warning", "time-slicing-without-sizing") in [(f.severity, f.code) for f in capacity.findings]
     assert "warning[time-slicing-without-sizing]" in report.render_text(capacity)
 

@@ -94,8 +94,8 @@ def test_tke_report_shows_2_to_11_schedulable_gpu_slots(example_policy: Load) ->
 
 def test_changing_one_classes_replicas_rolls_only_that_classes_daemonset(example_policy: Load) -> None:
     before = compile_policy(example_policy("mixed-fleet"))
-    after = compile_policy(example_policy("mixed-fleet", ("timeSlicing: {replicas: 4}", "timeSlicing: {replicas: 5}")))
-    assert plugin_config(after, "t4-dev")["sharing"]["timeSlicing"]["resources"][0]["replicas"] == 5
+    after = compile_policy(example_policy("mixed-fleet", ("memoryPerReplica: 3Gi", "memoryPerReplica: 2Gi")))
+    assert plugin_config(after, "t4-dev")["sharing"]["timeSlicing"]["resources"][0]["replicas"] == 6
     assert before["device-plugin/configmap-t4-dev.yaml"] != after["device-plugin/configmap-t4-dev.yaml"]
     old_template = doc(before, "device-plugin/daemonset-t4-dev.yaml")["spec"]["template"]
     new_template = doc(after, "device-plugin/daemonset-t4-dev.yaml")["spec"]["template"]

@@ -1,0 +1,90 @@
+"""The floor for bench/webhook_bench.py: our exact gunicorn + TLS stack serving a WSGI app that does nothing.
+
+    .venv/bin/python bench/noop_app.py --cert-dir DIR --bind 127.0.0.1 --port 9443 [--workers 2 --threads 4]
+
+The app reads the body, parses it as JSON (every webhook must) and answers `allowed: true` for its uid.
+Everything else is the webhook's own serving code, imported, not copied: `webhook.serve.WebhookServer`
+(the gunicorn options we ship: gthread, workers x threads, keep-alive, timeouts, the SIGTERM drain) with
+the `webhook.tls.CertificateReloader` as gunicorn's ssl_context hook, and `Settings.from_env`, so the
+same GPUPOLICY_* variables and flags configure both servers. Only `load()` differs: it returns this app
+instead of the Flask app. The difference between the two servers is therefore Flask, the policy store,
+the rule engine, metrics and the per-request log line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import ssl
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from webhook import serve, tls  # noqa: E402
+from webhook.settings import Settings, SettingsError  # noqa: E402
+
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+
+
+def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+    """Parse the AdmissionReview and allow it; GET (probes) gets a tiny JSON body."""
+    if environ["REQUEST_METHOD"] != "POST":
+        return _reply(start_response, "200 OK", b'{"status":"ok"}')
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length)
+    try:
+        review = json.loads(body)
+        uid = review["request"]["uid"]
+        api_version = review["apiVersion"]
+    except (ValueError, KeyError, TypeError):
+        return _reply(start_response, "400 Bad Request", b'{"kind":"Status","status":"Failure","code":400}')
+    out = json.dumps({"apiVersion": api_version, "kind": "AdmissionReview",
+                      "response": {"uid": uid, "allowed": True}}).encode()
+    return _reply(start_response, "200 OK", out)
+
+
+def _reply(start_response: StartResponse, status: str, body: bytes) -> list[bytes]:
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+class NoopServer(serve.WebhookServer):
+    """The webhook's gunicorn application with the no-op WSGI app loaded in each worker."""
+
+    def load(self) -> Any:
+        return app
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cert-dir", required=True)
+    parser.add_argument("--bind", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--workers", type=int)
+    parser.add_argument("--threads", type=int)
+    parser.add_argument("--log-level", default=None)
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings.from_env(cert_dir=args.cert_dir, bind=args.bind, port=args.port, workers=args.workers,
+                                     threads=args.threads, log_level=args.log_level)
+    except SettingsError as err:
+        print(f"noop_app: {err}", file=sys.stderr)
+        return 2
+    assert settings.cert_file is not None and settings.key_file is not None
+    # What serve.run does before it starts gunicorn, minus the metrics directory (no metrics here).
+    serve._configure_logging(settings.log_level)
+    reloader = tls.CertificateReloader(settings.cert_file, settings.key_file)
+    try:
+        reloader.context()
+    except (OSError, ssl.SSLError, ValueError) as err:
+        print(f"noop_app: cannot load the serving certificate: {err}", file=sys.stderr)
+        return 2
+    NoopServer(settings, reloader).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
