@@ -108,12 +108,13 @@ CODE_HELP: dict[str, tuple[str, str]] = {
                                            "says what would fit."),
     "mig-group-gpu-out-of-range": (_SEMANTIC, "A MIG group names a GPU index at or above gpu.count."),
     "mig-group-gpu-overlap": (_SEMANTIC, "A GPU appears in two MIG groups."),
-    "mig-groups-incomplete": (_SEMANTIC, "Some GPUs are in no MIG group, so mig-parted leaves them as they are."),
+    "mig-groups-incomplete": (_SEMANTIC, "Some GPUs are in no MIG group, so mig-parted leaves them as they are "
+                                         "(an error under strategy single, where GFD then labels the node "
+                                         "MIG-INVALID)."),
     "mig-single-needs-one-profile": (_SEMANTIC, "strategy single advertises every MIG device as nvidia.com/gpu, "
                                                 "so all must be one profile."),
     "mig-time-slicing-unknown-profile": (_SEMANTIC, "mig.timeSlicing names a profile the layout does not "
                                                     "create."),
-    "mig-time-slicing-needs-mixed": (_SEMANTIC, "Time-slicing MIG profiles needs strategy mixed."),
     "mps-replicas-above-client-cap": (_SEMANTIC, "More MPS replicas than the GPU's MPS client limit (48, or 16 "
                                                  "below compute capability 7.5)."),
     "mps-unsupported-version": (_SEMANTIC, "MPS with a device plugin older than v0.15.0, which ignores it."),
@@ -122,6 +123,13 @@ CODE_HELP: dict[str, tuple[str, str]] = {
     "unsupported-plugin-version": (_SEMANTIC, "A device plugin older than v0.12.0, which reads no config file."),
     "operator-image-set": (_SEMANTIC, "devicePlugin.image with deploy: gpu-operator, where the ClusterPolicy "
                                       "chooses the image."),
+    "operator-mig-strategy-conflict": (_SEMANTIC, "Under the GPU Operator one cluster-wide mig.strategy overrides "
+                                                  "every class: MIG classes must agree, and MPS cannot sit beside "
+                                                  "mixed."),
+    "operator-flags-ignored": (_SEMANTIC, "devicePlugin.flags have no effect under the GPU Operator, which sets "
+                                          "them as environment variables."),
+    "reserved-class-name": (_SEMANTIC, "A class named like a config the compiled mig-parted file already defines "
+                                       "(all-disabled, all-enabled)."),
     "tenant-unknown-class": (_SEMANTIC, "A tenant names a node class that does not exist."),
     "tenant-mode-unavailable": (_SEMANTIC, "No class a tenant may use offers any sharing mode it is allowed."),
     "tenant-overlap": (_SEMANTIC, "Two tenants' namespace selectors can match one namespace."),

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 
 from policy import catalog, mig, selectors
 from policy.diagnostics import Diagnostic, did_you_mean
-from policy.model import ClusterGPUPolicy, NodeClass, ReplicatedSharing, Tenant
+from policy.model import ClusterGPUPolicy, NodeClass, PluginFlags, ReplicatedSharing, Tenant, to_snake
 from policy.offers import replica_sizing, resolve_class
 
 Check = Callable[[ClusterGPUPolicy], Iterator[Diagnostic]]
@@ -111,12 +111,21 @@ def _fmt(labels: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
+def _rewritten_labels(nc: NodeClass) -> tuple[str, ...]:
+    """GFD labels this class's own config changes.  Under MIG mixed the full-GPU labels come from a labeler
+    without sharing, so only replicas (to 0) and the sharing strategy move (internal/lm/mig-strategy.go)."""
+    if nc.sharing.mode == "exclusive":
+        return ()
+    if nc.mig_strategy == "mixed":
+        return ("nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy")
+    return _MUTABLE_GFD_LABELS
+
+
 def check_mutable_selector_labels(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
     for i, nc in _classes(policy):
-        if nc.sharing.mode == "exclusive":
-            continue
+        rewritten = _rewritten_labels(nc)
         for key in sorted(nc.node_selector):
-            if key in _MUTABLE_GFD_LABELS:
+            if key in rewritten:
                 yield Diagnostic(
                     "shared-product-selector",
                     f"class {nc.name!r} selects nodes by {key}, which GPU Feature Discovery rewrites once "
@@ -197,7 +206,13 @@ def _mig_groups(i: int, nc: NodeClass) -> Iterator[Diagnostic]:
                                  "list every GPU in exactly one group")
             owner.setdefault(gpu, g)
     missing = sorted(set(range(nc.gpu.count)) - owner.keys())
-    if missing:
+    if missing and mig_spec.strategy == "single":
+        # GFD's single-strategy labeler needs every GPU of the node in MIG mode with one profile; otherwise
+        # it labels the node <model>-MIG-INVALID with count 0 (k8s-device-plugin internal/lm/mig-strategy.go).
+        yield Diagnostic("mig-groups-incomplete", f"GPUs {missing} are in no group, but strategy single needs every "
+                         "GPU of the node partitioned alike (GPU Feature Discovery labels the node MIG-INVALID)",
+                         _class_path(i, "sharing", "mig", "groups"), "add a group for them, or use strategy: mixed")
+    elif missing:
         yield Diagnostic("mig-groups-incomplete", f"GPUs {missing} are in no group: mig-parted leaves them as they "
                          "are, so the class's capacity is unknown", _class_path(i, "sharing", "mig", "groups"),
                          "add a group for them (layout, or gpus: all)", severity="warning")
@@ -235,10 +250,6 @@ def _mig_layouts(i: int, nc: NodeClass, geometry: catalog.MigGeometry) -> Iterat
             yield Diagnostic("mig-time-slicing-unknown-profile", f"timeSlicing names {profile!r}, which the "
                              "layout does not create", tpath,
                              f"time-slice one of {', '.join(sorted(seen_profiles))}")
-        elif mig_spec.strategy != "mixed":
-            yield Diagnostic("mig-time-slicing-needs-mixed", "time-slicing on MIG profiles needs strategy mixed "
-                             "(each profile is then its own nvidia.com/mig-<profile> resource)",
-                             _class_path(i, "sharing", "mig", "strategy"), "set strategy: mixed")
 
 
 def _fmt_layout(layout: dict[str, int]) -> str:
@@ -357,7 +368,60 @@ def _tenant_overlaps(tenants: tuple[Tenant, ...]) -> Iterator[Diagnostic]:
                                  "make the selectors disjoint if that is not what you want", severity="warning")
 
 
+# mig-parted config names the compiler itself emits for every cluster.
+RESERVED_CLASS_NAMES = frozenset({"all-disabled", "all-enabled"})
+
+
+def check_reserved_names(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+    for i, nc in _classes(policy):
+        if nc.name in RESERVED_CLASS_NAMES:
+            yield Diagnostic("reserved-class-name", f"class name {nc.name!r} is reserved: the compiled mig-parted "
+                             "config already defines it for nodes whose MIG mode is off", _class_path(i, "name"),
+                             "rename the class, e.g. after the node pool it selects")
+
+
+def check_operator_settings(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+    """Under the GPU Operator one ClusterPolicy drives every plugin: per-class settings it overrides are lost."""
+    plugin = policy.spec.device_plugin
+    if plugin.deploy != "gpu-operator":
+        return
+    chosen = policy.spec.operator_mig_strategy
+    for i, nc in _classes(policy):
+        if nc.mig_strategy not in ("none", chosen):
+            yield Diagnostic("operator-mig-strategy-conflict", f"class {nc.name!r} needs MIG strategy "
+                             f"{nc.mig_strategy}, but other classes need {chosen} and the GPU Operator sets one "
+                             "cluster-wide mig.strategy that overrides every class's config",
+                             _class_path(i, "sharing", "mig", "strategy"),
+                             f"use strategy: {chosen} in every MIG class, or run this class in another cluster")
+        if nc.sharing.mps is not None and chosen == "mixed":
+            yield Diagnostic("operator-mig-strategy-conflict", f"class {nc.name!r} uses MPS, but the cluster-wide "
+                             "mig.strategy is mixed and the device plugin refuses MPS with it ('using "
+                             "--mig-strategy=mixed is not supported with MPS')", _class_path(i, "sharing", "mps"),
+                             "use strategy: single in the MIG classes, or time-slicing in this class")
+    changed = sorted(k for k, v in plugin.flags.model_dump(by_alias=True).items()
+                     if v != PluginFlags.model_fields[to_snake(k)].default)
+    if changed:
+        yield Diagnostic("operator-flags-ignored", f"devicePlugin.flags ({', '.join(changed)}) have no effect under "
+                         "the GPU Operator: it sets them as environment variables, which beat the config file",
+                         ("spec", "devicePlugin", "flags", changed[0]),
+                         "set them in the ClusterPolicy's devicePlugin.env instead", severity="warning")
+
+
+def check_mps_flags(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+    plugin = policy.spec.device_plugin
+    for i, nc in _classes(policy):
+        mps = nc.sharing.mps
+        if mps is not None and not mps.fail_requests_greater_than_one and plugin.version_tuple < (0, 20, 0):
+            yield Diagnostic("version-unsupported-feature", "MPS with failRequestsGreaterThanOne: false needs device "
+                             f"plugin v0.20.0 or newer; {plugin.version} forces it to true",
+                             _class_path(i, "sharing", "mps", "failRequestsGreaterThanOne"),
+                             "remove the field, or upgrade the plugin to v0.20.0")
+
+
 CHECKS: tuple[Check, ...] = (
+    check_reserved_names,
+    check_operator_settings,
+    check_mps_flags,
     check_unique_names,
     check_gpu_models,
     check_overlapping_classes,

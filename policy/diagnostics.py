@@ -54,12 +54,14 @@ Code = Literal[
     "mig-groups-incomplete",
     "mig-single-needs-one-profile",
     "mig-time-slicing-unknown-profile",
-    "mig-time-slicing-needs-mixed",
     "mps-replicas-above-client-cap",
     "mps-unsupported-version",
     "version-unsupported-feature",
     "unsupported-plugin-version",
     "operator-image-set",
+    "operator-mig-strategy-conflict",
+    "operator-flags-ignored",
+    "reserved-class-name",
     "tenant-unknown-class",
     "tenant-mode-unavailable",
     "tenant-overlap",
@@ -180,10 +182,7 @@ def _input_path(loc: tuple[Any, ...], data: Any) -> tuple[Path, bool]:
     dropped = False
     current = data
     for part in loc:
-        if isinstance(current, dict) and part in current:
-            current = current[part]
-            path.append(part)
-        elif isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current):
+        if _has_child(current, part):
             current = current[part]
             path.append(part)
         elif isinstance(current, dict) and not isinstance(part, int) and _looks_like_key(part):
@@ -192,6 +191,12 @@ def _input_path(loc: tuple[Any, ...], data: Any) -> tuple[Path, bool]:
         else:
             dropped = True
     return tuple(path), dropped
+
+
+def _has_child(current: Any, part: Any) -> bool:
+    if isinstance(current, dict):
+        return part in current
+    return isinstance(current, list) and isinstance(part, int) and 0 <= part < len(current)
 
 
 def _looks_like_key(part: str) -> bool:

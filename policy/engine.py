@@ -14,13 +14,22 @@ from policy import selectors
 from policy.diagnostics import Diagnostic, Severity, format_path
 from policy.model import RuleId
 from policy.offers import AdmissionPolicy, TenantDoc
-from policy.rules import RULES, Access, ClassView, Conflict, Facts, placement_conflict
-from policy.workloads import GpuRequest, Workload, find_workload, placement_fields, read_gpu_request, read_placement
+from policy.rules import RULES, Access, ClassView, Conflict, Facts, placement_conflict, terms_conflict
+from policy.workloads import (
+    GpuRequest,
+    Placement,
+    Workload,
+    find_workload,
+    placement_fields,
+    read_gpu_request,
+    read_placement,
+)
 
 SEVERITY: Mapping[str, Severity] = {"enforce": "error", "warn": "warning", "audit": "info"}
 EVALUATED_OPERATIONS = frozenset({"CREATE", "UPDATE"})
 MAX_WARNING_CHARS = 120  # the API server's advice for response.warnings (webhook.md §1.2)
 DEFAULT_WHO = "namespaces outside every tenant"
+_FITTING_CACHE_SIZE = 4096  # distinct request totals remembered per engine
 
 
 @dataclass(frozen=True)
@@ -99,6 +108,19 @@ class Engine:
         self._tenant_access = tuple(t.access for t in self._tenants.values())
         self._default = Access(DEFAULT_WHO, frozenset(policy.default_allow), None)
         self._severity = {rule.id: SEVERITY[policy.rules.get(rule.id, rule.default_mode)] for rule in RULES}
+        # Work done once per policy rather than per review (docs/performance.md): which classes know a
+        # label key, and which may carry each key=value, so a nodeSelector's conflicts are set operations
+        # instead of a walk over every class; and, per distinct request, the classes that could fit it.
+        knows: dict[str, set[int]] = {}
+        carries: dict[tuple[str, str], set[int]] = {}
+        for i, view in enumerate(self._classes):
+            for key, values in view.labels.items():
+                knows.setdefault(key, set()).add(i)
+                for value in values:
+                    carries.setdefault((key, value), set()).add(i)
+        self._knows = {key: frozenset(found) for key, found in knows.items()}
+        self._carries = {pair: frozenset(found) for pair, found in carries.items()}
+        self._fitting: dict[tuple[tuple[str, int], ...], tuple[int, ...]] = {}
 
     @property
     def classes(self) -> tuple[ClassView, ...]:
@@ -129,12 +151,12 @@ class Engine:
         if operation == "UPDATE" and self._unchanged(workload, request, old_obj):
             return Decision(True, (), workload.subject)
         placement = read_placement(workload)
-        conflicts = self._no_conflicts if placement.unconstrained else tuple(
-            placement_conflict(placement, c) for c in self._classes)
-        candidates = tuple(c for c, conflict in zip(self._classes, conflicts, strict=True)
-                           if conflict is None and c.fits(request.totals))
-        facts = Facts(request, placement, self._classes, conflicts, candidates, self.access(tenants),
-                      self._tenant_access)
+        conflicts = self._no_conflicts if placement.unconstrained else self._conflicts(placement)
+        fitting = self._fitting_classes(request.totals)
+        classes = self._classes
+        candidates = tuple(classes[i] for i in fitting if conflicts[i] is None)
+        facts = Facts(request, placement, classes, conflicts, candidates, self.access(tenants),
+                      self._tenant_access, tuple(classes[i] for i in fitting))
         found = tuple(replace(d, severity=self._severity[rule.id]) for rule in RULES for d in rule.check(facts))
         return Decision(not any(d.severity == "error" for d in found), found, workload.subject)
 
@@ -149,6 +171,40 @@ class Engine:
         if len(names) == 1:
             return self._tenants[names[0]].access
         return _intersect([self._tenants[n].access for n in names], names)
+
+    def _fitting_classes(self, totals: tuple[tuple[str, int], ...]) -> tuple[int, ...]:
+        """Indices of the classes one node of which offers all of ``totals``, in policy order (memoised:
+        the pods of one template, and most pods of a cluster, ask for the same few amounts)."""
+        found = self._fitting.get(totals)
+        if found is None:
+            found = tuple(i for i, view in enumerate(self._classes) if view.fits(totals))
+            if len(self._fitting) >= _FITTING_CACHE_SIZE:
+                self._fitting.clear()  # bounded, whatever a caller sends; refilled by the next reviews
+            self._fitting[totals] = found
+        return found
+
+    def _conflicts(self, placement: Placement) -> tuple[Conflict | None, ...]:
+        """placement_conflict for every class, aligned with the classes (the same values, faster).
+
+        A nodeSelector entry key=value excludes exactly the classes that know the key but may not carry
+        the value; assigning in reverse lets each class keep its first excluding entry, as
+        placement_conflict reports it. Affinity terms, rarer and richer, are checked class by class.
+        """
+        conflicts: list[Conflict | None] = [None] * len(self._classes)
+        for req in reversed(placement.node_selector):
+            if req.operator != "In" or len(req.values) != 1:
+                return tuple(placement_conflict(placement, view) for view in self._classes)
+            excluded = self._knows.get(req.key, frozenset()) - self._carries.get((req.key, req.values[0]),
+                                                                                 frozenset())
+            if excluded:
+                conflict = Conflict(req.path, "nodeSelector", req)
+                for i in excluded:
+                    conflicts[i] = conflict
+        if placement.terms:
+            for i, view in enumerate(self._classes):
+                if conflicts[i] is None:
+                    conflicts[i] = terms_conflict(placement.terms, view)
+        return tuple(conflicts)
 
     def _unchanged(self, new: Workload, request: GpuRequest, old_obj: Mapping[str, Any] | None) -> bool:
         """Ratcheting (Kyverno-style): an UPDATE keeping GPU requests and placement cannot make things worse."""
@@ -196,8 +252,9 @@ def _intersect(accesses: Sequence[Access], names: Sequence[str]) -> Access:
 
 
 class _SuiteModel(BaseModel):
+    # defer_build: only `gpupolicy test` validates suites; the webhook and `admit` import this module too.
     model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True,
-                              use_attribute_docstrings=True)
+                              use_attribute_docstrings=True, defer_build=True)
 
 
 class Expectation(_SuiteModel):

@@ -314,6 +314,11 @@ class NodeClass(Model):
     description: str = ""
     """Free text shown in the capacity report."""
 
+    @property
+    def mig_strategy(self) -> Literal["none", "single", "mixed"]:
+        """The device plugin's migStrategy for this class's nodes."""
+        return self.sharing.mig.strategy if self.sharing.mig is not None else "none"
+
 
 class LabelSelectorRequirement(Model):
     key: LabelKey
@@ -398,6 +403,17 @@ class Spec(Model):
     """Who may use which sharing modes, by namespace."""
     admission: Admission = Admission()
     """The validating webhook that enforces this policy at pod admission."""
+
+    @property
+    def operator_mig_strategy(self) -> Literal["none", "single", "mixed"]:
+        """The GPU Operator's one cluster-wide mig.strategy: the MIG classes' strategy (mixed if they differ).
+
+        It reaches every plugin pod as MIG_STRATEGY env, and env beats the config file (device-plugin.md §7);
+        single and mixed both leave full GPUs as nvidia.com/gpu, so only the MIG classes decide it."""
+        strategies = sorted({nc.mig_strategy for nc in self.node_classes} - {"none"})
+        if not strategies:
+            return "none"
+        return strategies[0] if len(strategies) == 1 else "mixed"  # type: ignore[return-value]
 
 
 class ClusterGPUPolicy(Model):

@@ -196,7 +196,9 @@ def _mixed_profile_labels(labels: dict[str, str], product: str, offer: Offer) ->
 
 
 class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # defer_build: `gpupolicy validate` imports this module for resolve_class but never validates these
+    # documents, so their validators are built on first use instead of at import (docs/performance.md).
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class OfferDoc(_Doc):

@@ -7,6 +7,7 @@ object; the engine sets their severity from the rule's mode. A message opens wit
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -160,10 +161,15 @@ def placement_conflict(placement: Placement, view: ClassView) -> Conflict | None
     for req in placement.node_selector:
         if _excludes(req, view.labels):
             return Conflict(req.path, "nodeSelector", req)
-    if not placement.terms:
+    return terms_conflict(placement.terms, view)
+
+
+def terms_conflict(terms: Sequence[AffinityTerm], view: ClassView) -> Conflict | None:
+    """Why the required node-affinity terms exclude the class (the first term's reason), or None."""
+    if not terms:
         return None
     first: Conflict | None = None
-    for term in placement.terms:
+    for term in terms:
         conflict = _term_conflict(term, view.labels)
         if conflict is None:
             return None  # terms are ORed: one that may match is enough
@@ -226,18 +232,30 @@ class Facts:
     tenants: tuple[Access, ...] = ()
     """What each tenant of the policy allows, to suggest one that may run the pod."""
 
+    fitting: tuple[ClassView, ...] | None = None
+    """Classes one node of which offers the whole request, in policy order (the engine knows them from
+    its index; None: work them out here)."""
+
     @property
     def placeable(self) -> tuple[ClassView, ...]:
         return tuple(c for c, conflict in zip(self.classes, self.conflicts, strict=True) if conflict is None)
 
+    @functools.cached_property
+    def _position(self) -> dict[int, int]:
+        return {id(c): i for i, c in enumerate(self.classes)}
+
     def conflict_of(self, view: ClassView) -> Conflict | None:
-        return self.conflicts[self.classes.index(view)]
+        position = self._position.get(id(view))
+        if position is None:  # an equal view built elsewhere: compare by value, as before
+            position = self.classes.index(view)
+        return self.conflicts[position]
 
     def alternatives(self, acceptable: Callable[[ClassView], bool]) -> tuple[ClassView, ...]:
         """Classes that could run the whole request, that the tenant may use and that pass ``acceptable``."""
         resources = self.request.resources
-        return tuple(c for c in self.classes
-                     if c.fits(self.request.totals) and self.access.allows(c, resources) and acceptable(c))
+        fitting = self.fitting if self.fitting is not None else \
+            tuple(c for c in self.classes if c.fits(self.request.totals))
+        return tuple(c for c in fitting if self.access.allows(c, resources) and acceptable(c))
 
 
 RuleCheck = Callable[[Facts], tuple[Diagnostic, ...]]

@@ -62,3 +62,26 @@ def test_an_unknown_model_with_its_memory_stated_is_accepted_without_mig() -> No
     result = load_policy(text, filename="x.yaml")
     assert result.ok
     assert resolve_class(result.policy.spec.node_classes[0]).memory_mib == 49140
+
+
+def test_time_slicing_on_mig_devices_under_the_single_strategy_is_accepted() -> None:
+    # The GPU Operator documents it: MIG devices are nvidia.com/gpu, which time-slicing supports, and GFD labels
+    # the product A100-SXM4-40GB-MIG-1g.5gb-SHARED (device-plugin.md §2.3, ecosystem.md §2.1).
+    text = (MINIMAL % "x").replace(
+        "gpu: {model: T4, count: 1}}",
+        "gpu: {model: A100-SXM4-40GB, count: 8}, sharing: {mig: {strategy: single, layout: {1g.5gb: 7}, "
+        "timeSlicing: {1g.5gb: 2}}}}",
+    )
+    result = load_policy(text, filename="x.yaml")
+    assert result.ok, result.diagnostics
+    offer = resolve_class(result.policy.spec.node_classes[0]).offers[0]
+    assert (offer.resource, offer.per_node, offer.shared) == ("nvidia.com/gpu", 112, True)
+
+
+def test_a_mixed_mig_class_may_select_by_product_because_gfd_leaves_full_gpu_labels_alone() -> None:
+    text = (MINIMAL % "x").replace(
+        "{name: t4, nodeSelector: {pool: t4}, gpu: {model: T4, count: 1}}",
+        "{name: h20, nodeSelector: {nvidia.com/gpu.product: NVIDIA-H20}, gpu: {model: H20, count: 8}, "
+        "sharing: {mig: {strategy: mixed, layout: {1g.12gb: 7}}}}",
+    )
+    assert load_policy(text, filename="x.yaml").ok
