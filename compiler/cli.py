@@ -52,16 +52,33 @@ def _version() -> str:
         return "0+unknown"
 
 
+class _VersionAction(argparse.Action):
+    """--version, looked up only when asked: importlib.metadata costs every other run ~15 ms."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:  # noqa: A002 - argparse's name
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        sys.stdout.write(f"gpupolicy {_version()}\n")  # stdout, as argparse's own "version" action prints
+        parser.exit()
+
+
+EXIT_CODES = "exit codes: 0 ok, 1 findings or drift, 2 bad input or usage"
+
+
 def build_parser(selected: str | None) -> argparse.ArgumentParser:
-    parser = _Parser(prog="gpupolicy", description="GPU-sharing policy compiler and admission webhook.")
-    parser.add_argument("--version", action="version", version=f"gpupolicy {_version()}")
+    parser = _Parser(prog="gpupolicy", description="GPU-sharing policy compiler and admission webhook.",
+                     epilog=EXIT_CODES)
+    parser.add_argument("--version", action=_VersionAction, help="show program's version number and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (module, help_text) in COMMANDS.items():
-        cmd_parser = sub.add_parser(name, help=help_text, description=help_text)
+        cmd_parser = sub.add_parser(name, help=help_text, description=help_text, epilog=EXIT_CODES)
         if name == selected:
             command: Command = importlib.import_module(module)  # type: ignore[assignment]
             command.add_arguments(cmd_parser)
-            cmd_parser.set_defaults(run=command.run)
+            cmd_parser.set_defaults(run=command.run, parser=cmd_parser)
     return parser
 
 
@@ -71,7 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     selected = next((a for a in args_list if not a.startswith("-")), None)
     parser = build_parser(selected if selected in COMMANDS else None)
     try:
-        args = parser.parse_args(args_list)
+        args, extra = parser.parse_known_args(args_list)
+        if extra:  # say it with the command's own usage line, not the root's
+            getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse's own --help/--version/usage exits
         return int(exc.code or 0)
     if getattr(args, "run", None) is None:

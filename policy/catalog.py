@@ -323,8 +323,10 @@ def lookup(name: str) -> GpuModel | None:
     """The model whose product label or alias equals `name`, ignoring case; None otherwise.
 
     A product label with GFD's `-SHARED` suffix is not found: call `strip_shared` first if that is meant.
+    The `NVIDIA-` prefix is optional, since drivers before R470 left it out (gpu-memory.md).
     """
-    return _index().get(name.lower())
+    key = name.lower()
+    return _index().get(key) or _index().get(key.removeprefix("nvidia-"))
 
 
 def strip_shared(product: str) -> str:
@@ -332,11 +334,44 @@ def strip_shared(product: str) -> str:
     return product.removesuffix(SHARED_SUFFIX)
 
 
+_FAMILY = re.compile(r"^(?:[a-z]{1,2}\d{1,4}[a-z]?)$")
+
+
 def suggest(name: str, limit: int = 3) -> tuple[str, ...]:
-    """Up to `limit` products or aliases that look like `name`, closest first (for "did you mean")."""
+    """Up to `limit` products or aliases that look like `name`, closest first (for "did you mean").
+
+    A family token in the name (A100, H100, L4) decides first: edit distance alone would offer A10 for
+    A100 or an A100 for "H100-SXM5-80GB".  Without one, the closest spellings win."""
+    family = [t for t in re.split(r"[-_ .]+", name.lower()) if _FAMILY.match(t)]
+    same = [m for m in models() if family and family[0] in _tokens(m)]
+    if same:
+        def likeness(model: GpuModel) -> float:
+            return max(difflib.SequenceMatcher(None, name.lower(), n.lower()).ratio()
+                       for n in (model.product, *model.aliases))
+        return tuple(m.product for m in sorted(same, key=lambda m: (-likeness(m), m.product)))
     spellings = {key: _spelling(key) for key in _index()}
     matches = difflib.get_close_matches(name.lower(), list(spellings), n=limit, cutoff=0.6)
     return tuple(spellings[key] for key in matches)
+
+
+def families(capable_of_mig: bool = False) -> tuple[str, ...]:
+    """Family names (A100, H20, L4...) of the catalog's models, for messages that list what exists."""
+    found = {_family(m.product) for m in models() if m.mig_capable or not capable_of_mig}
+    return tuple(sorted(f for f in found if f))
+
+
+@functools.cache
+def family_names() -> frozenset[str]:
+    """Lower-case family names (a100, h100...), each of which may stand for several models."""
+    return frozenset(f.lower() for f in families())
+
+
+def _family(product: str) -> str:
+    return next((t.upper() for t in re.split(r"[-_ .]+", product.lower()) if _FAMILY.match(t)), "")
+
+
+def _tokens(model: GpuModel) -> set[str]:
+    return {t for n in (model.product, *model.aliases) for t in re.split(r"[-_ .]+", n.lower())}
 
 
 def _spelling(key: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 
 from policy import catalog, mig, selectors
@@ -53,8 +54,13 @@ def check_gpu_models(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
         model = catalog.lookup(nc.gpu.model)
         if model is None and nc.gpu.memory is None:
             near = catalog.suggest(nc.gpu.model)
-            hint = f"did you mean {near[0]!r}?" if near else "use the node's nvidia.com/gpu.product label"
-            yield Diagnostic("unknown-gpu-model", f"GPU model {nc.gpu.model!r} is not in the catalog",
+            ambiguous = nc.gpu.model.lower() in catalog.family_names() and len(near) > 1
+            if ambiguous:
+                hint = f"name the variant: one of {', '.join(near)}"
+            else:
+                hint = f"did you mean {near[0]!r}?" if near else "use the node's nvidia.com/gpu.product label"
+            what = "is ambiguous" if ambiguous else "is not in the catalog"
+            yield Diagnostic("unknown-gpu-model", f"GPU model {nc.gpu.model!r} {what}",
                              _class_path(i, "gpu", "model"),
                              hint + " (or state gpu.memory for a model the catalog lacks; MIG is then unavailable)")
         elif model is not None and nc.gpu.memory is not None and int(nc.gpu.memory) > model.memory_mib:
@@ -177,11 +183,13 @@ def check_mig(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
             continue
         path = _class_path(i, "sharing", "mig")
         model = catalog.lookup(nc.gpu.model)
+        if model is None and nc.gpu.memory is None:
+            continue  # unknown-gpu-model already says what to fix
         if model is None or model.mig is None:
             name = model.product if model else nc.gpu.model
-            capable = ", ".join(sorted({m.display_name for m in catalog.models() if m.mig_capable})[:8])
+            capable = ", ".join(catalog.families(capable_of_mig=True))
             yield Diagnostic("mig-unsupported-gpu", f"{name} does not support MIG", path,
-                             f"use time-slicing or MPS on it; MIG-capable GPUs include {capable}")
+                             f"use time-slicing or MPS on it; the catalog's MIG-capable families: {capable}")
             continue
         yield from _mig_groups(i, nc)
         yield from _mig_layouts(i, nc, model.mig)
@@ -228,9 +236,9 @@ def _mig_layouts(i: int, nc: NodeClass, geometry: catalog.MigGeometry) -> Iterat
         lpath = _class_path(i, "sharing", "mig", *base)
         unknown = [p for p in layout if geometry.profile(p) is None]
         for p in unknown:
-            near = did_you_mean(p, names)
+            near = _nearest_profile(p, geometry) or next(iter(did_you_mean(p, names)), None)
             yield Diagnostic("unknown-mig-profile", f"{nc.gpu.model} has no MIG profile {p!r}", (*lpath, p),
-                             (f"did you mean {near[0]!r}? " if near else "") + f"its profiles: {', '.join(names)}")
+                             (f"did you mean {near!r}? " if near else "") + f"its profiles: {', '.join(names)}")
         seen_profiles.update(layout)
         if unknown or not gpus:
             continue
@@ -250,6 +258,22 @@ def _mig_layouts(i: int, nc: NodeClass, geometry: catalog.MigGeometry) -> Iterat
             yield Diagnostic("mig-time-slicing-unknown-profile", f"timeSlicing names {profile!r}, which the "
                              "layout does not create", tpath,
                              f"time-slice one of {', '.join(sorted(seen_profiles))}")
+
+
+_PROFILE = re.compile(r"^(?:\d+c\.)?(?P<g>\d+)g\.(?P<gb>\d+)gb(?P<attr>[+-].*)?$")
+
+
+def _nearest_profile(name: str, geometry: catalog.MigGeometry) -> str | None:
+    """This GPU's profile with the same compute slices and attributes and the nearest memory: the same-sized
+    slice of another GPU model (1g.5gb on an H100 is 1g.10gb, 3g.47gb on an H20 is 3g.48gb)."""
+    wanted = _PROFILE.match(name)
+    if wanted is None:
+        return None
+    same = [p for p in geometry.profiles
+            if (m := _PROFILE.match(p.name)) and m["g"] == wanted["g"] and m["attr"] == wanted["attr"]]
+    if not same:
+        return None
+    return min(same, key=lambda p: (p.size, abs(p.memory_mib / 1024 - int(wanted["gb"])))).name
 
 
 def _fmt_layout(layout: dict[str, int]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
@@ -229,12 +230,14 @@ def _convert(item: Any, path: Path, data: Any, root: type[BaseModel]) -> Diagnos
         hint = f"write it as {expected}"
         if isinstance(given, str) and kind.startswith("int"):
             hint = f"remove the quotes: {given}"
+        elif kind == "string_type" and isinstance(given, int | float | bool):
+            hint = "quote it, so YAML reads it as text (1.30 unquoted is the number 1.3, on is true)"
         return Diagnostic("wrong-type", f"{where} must be {expected} (got {type(given).__name__} {given!r})",
                           path, hint)
     if kind in _CUSTOM_CODES:
         return Diagnostic(kind, f"{where}: {item['msg']}", path, ctx.get("hint") or _custom_hint(kind))
     return Diagnostic("invalid-value", f"{where}: {_lower_first(item['msg'])} (got {given!r})", path,
-                      _constraint_hint(kind, ctx))
+                      _constraint_hint(kind, ctx, given))
 
 
 def _custom_hint(kind: str) -> str:
@@ -245,9 +248,12 @@ def _custom_hint(kind: str) -> str:
     }.get(kind, "")
 
 
-def _constraint_hint(kind: str, ctx: dict[str, Any]) -> str:
+_DNS_LABEL_PATTERN = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def _constraint_hint(kind: str, ctx: dict[str, Any], given: Any = None) -> str:
     if kind == "string_pattern_mismatch":
-        return f"it must match {ctx.get('pattern')}"
+        return _pattern_hint(str(ctx.get("pattern")), given)
     if kind in {"greater_than_equal", "greater_than"}:
         return f"use a value of at least {ctx.get('ge', ctx.get('gt'))}"
     if kind in {"less_than_equal", "less_than"}:
@@ -255,6 +261,18 @@ def _constraint_hint(kind: str, ctx: dict[str, Any]) -> str:
     if kind in {"too_short", "string_too_short"}:
         return "it must not be empty"
     return ""
+
+
+def _pattern_hint(pattern: str, given: Any) -> str:
+    """A corrected value where the mistake is a common one, else the pattern itself."""
+    text = str(given)
+    if pattern == _DNS_LABEL_PATTERN:
+        fixed = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
+        return f"use lowercase letters, digits and '-': did you mean {fixed!r}?" if fixed else \
+            "use lowercase letters, digits and '-'"
+    if pattern.startswith("^v") and re.fullmatch(r"\d+\.\d+\.\d+", text):
+        return f"release tags start with v: did you mean 'v{text}'?"
+    return f"it must match {pattern}"
 
 
 def _lower_first(text: str) -> str:

@@ -120,7 +120,7 @@ class Engine:
                     carries.setdefault((key, value), set()).add(i)
         self._knows = {key: frozenset(found) for key, found in knows.items()}
         self._carries = {pair: frozenset(found) for pair, found in carries.items()}
-        self._fitting: dict[tuple[tuple[str, int], ...], tuple[int, ...]] = {}
+        self._fitting: dict[tuple[tuple[str, int], ...], tuple[tuple[int, ...], tuple[ClassView, ...]]] = {}
 
     @property
     def classes(self) -> tuple[ClassView, ...]:
@@ -152,11 +152,11 @@ class Engine:
             return Decision(True, (), workload.subject)
         placement = read_placement(workload)
         conflicts = self._no_conflicts if placement.unconstrained else self._conflicts(placement)
-        fitting = self._fitting_classes(request.totals)
-        classes = self._classes
-        candidates = tuple(classes[i] for i in fitting if conflicts[i] is None)
-        facts = Facts(request, placement, classes, conflicts, candidates, self.access(tenants),
-                      self._tenant_access, tuple(classes[i] for i in fitting))
+        fitting, fitting_views = self._fitting_classes(request.totals)
+        candidates = fitting_views if placement.unconstrained else tuple(
+            self._classes[i] for i in fitting if conflicts[i] is None)
+        facts = Facts(request, placement, self._classes, conflicts, candidates, self.access(tenants),
+                      self._tenant_access, fitting_views)
         found = tuple(replace(d, severity=self._severity[rule.id]) for rule in RULES for d in rule.check(facts))
         return Decision(not any(d.severity == "error" for d in found), found, workload.subject)
 
@@ -172,14 +172,15 @@ class Engine:
             return self._tenants[names[0]].access
         return _intersect([self._tenants[n].access for n in names], names)
 
-    def _fitting_classes(self, totals: tuple[tuple[str, int], ...]) -> tuple[int, ...]:
-        """Indices of the classes one node of which offers all of ``totals``, in policy order (memoised:
-        the pods of one template, and most pods of a cluster, ask for the same few amounts)."""
+    def _fitting_classes(self, totals: tuple[tuple[str, int], ...]) -> tuple[tuple[int, ...], tuple[ClassView, ...]]:
+        """The classes one node of which offers all of ``totals``, in policy order, as indices and views
+        (memoised: the pods of one template, and most pods of a cluster, ask for the same few amounts)."""
         found = self._fitting.get(totals)
         if found is None:
-            found = tuple(i for i, view in enumerate(self._classes) if view.fits(totals))
+            indices = tuple(i for i, view in enumerate(self._classes) if view.fits(totals))
+            found = (indices, tuple(self._classes[i] for i in indices))
             if len(self._fitting) >= _FITTING_CACHE_SIZE:
-                self._fitting.clear()  # bounded, whatever a caller sends; refilled by the next reviews
+                self._fitting.clear()  # bounded, whatever callers send; refilled by the next reviews
             self._fitting[totals] = found
         return found
 

@@ -79,8 +79,11 @@ def _validate_document(doc: Document) -> LoadResult:
     try:
         policy = ClusterGPUPolicy.model_validate(doc.data)
     except ValidationError as err:
+        # An unquoted `on` already got a yaml11-boolean finding; its wrong-type twin would only repeat it.
+        explained = {d.path for d in found if d.code.startswith("yaml11-")}
         for d in from_validation_error(err, doc.data, ClusterGPUPolicy):
-            found.append(d.at(doc.source.span(d.path, key=d.code == "unknown-field")))
+            if d.path not in explained:
+                found.append(d.at(doc.source.span(d.path, key=d.code == "unknown-field")))
         return LoadResult(filename, None, _sorted(found), doc.index)
     for d in checks.run(policy):
         found.append(d.at(doc.source.span(d.path, key=d.code in checks.KEY_LOCATED)))

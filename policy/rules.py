@@ -257,6 +257,13 @@ class Facts:
             tuple(c for c in self.classes if c.fits(self.request.totals))
         return tuple(c for c in fitting if self.access.allows(c, resources) and acceptable(c))
 
+    def first_alternative(self, acceptable: Callable[[ClassView], bool]) -> ClassView | None:
+        """The first of ``alternatives``, without looking further (hints name one class)."""
+        resources = self.request.resources
+        fitting = self.fitting if self.fitting is not None else \
+            (c for c in self.classes if c.fits(self.request.totals))
+        return next((c for c in fitting if self.access.allows(c, resources) and acceptable(c)), None)
+
 
 RuleCheck = Callable[[Facts], tuple[Diagnostic, ...]]
 
@@ -494,10 +501,9 @@ def check_shared_above_one(facts: Facts) -> tuple[Diagnostic, ...]:
 def _shared_finding(facts: Facts, container: str, resource: str, count: int, path: Path,
                     shared: Sequence[ClassView]) -> Diagnostic:
     where = _join([f"{c.name} ({c.offers[resource].explain()})" for c in shared[:_MAX_LISTED]], "or")
-    whole = facts.alternatives(lambda c: not any(
+    pin = facts.first_alternative(lambda c: not any(
         (o := c.offers.get(r)) is not None and o.shared for r, _ in facts.request.totals))
-    if whole:
-        pin = whole[0]
+    if pin is not None:
         hint = f"pin the pod to unshared devices with {pin.pin()} (class {pin.name}), or request {resource}: 1"
     else:
         what = "sharing: exclusive" if resource == GPU else f"{resource} unshared"
@@ -519,10 +525,14 @@ def check_tenant_access(facts: Facts) -> tuple[Diagnostic, ...]:
     """A candidate class uses a sharing mode, or is a class, the namespace's tenants may not use."""
     found = []
     access = facts.access
+    modes, classes = access.modes, access.classes
     for resource in facts.request.resources:
         denied = []
         for view in facts.candidates:
-            bad, outside = access.denies(view, view.offers[resource])
+            offer = view.offers[resource]
+            if modes.issuperset(offer.modes) and (classes is None or view.name in classes):
+                continue  # the common case, decided without building denies()' tuple
+            bad, outside = access.denies(view, offer)
             if bad or outside:
                 denied.append((view, bad, outside))
         if denied:
@@ -554,9 +564,9 @@ def _tenant_finding(facts: Facts, resource: str,
 
 
 def _tenant_hint(facts: Facts, denied: Sequence[ClassView]) -> str:
-    allowed = facts.alternatives(lambda c: True)
-    if allowed:
-        return f"pin the pod to class {allowed[0].name} with {allowed[0].pin()}"
+    allowed = facts.first_alternative(lambda c: True)
+    if allowed is not None:
+        return f"pin the pod to class {allowed.name} with {allowed.pin()}"
     resources = facts.request.resources
     others = [a for a in facts.tenants if all(a.allows(v, resources) for v in denied)]
     if others:

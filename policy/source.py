@@ -180,12 +180,10 @@ def _syntax_error(err: yaml.MarkedYAMLError, filename: str) -> Diagnostic:
     mark = err.problem_mark or err.context_mark
     span = Span(filename, mark.line + 1, mark.column + 1) if mark else Span(filename, 1, 1)
     what = " ".join(part for part in (err.context, err.problem) if part)
-    return Diagnostic(
-        code="yaml-syntax",
-        message=f"not valid YAML: {what}",
-        hint="check the indentation and quoting around this position",
-        span=span,
-    )
+    hint = "check the indentation and quoting around this position"
+    if "tab" in what:
+        hint = "YAML indents with spaces only: replace the tab with spaces"
+    return Diagnostic(code="yaml-syntax", message=f"not valid YAML: {what}", hint=hint, span=span)
 
 
 def _plain_syntax_error(text: str, filename: str) -> Diagnostic:

@@ -46,15 +46,17 @@ def run(args: argparse.Namespace) -> int:
         return 2
     report = Report()
     engine = _load_engine(args.policy, report)
-    if engine is not None:
-        documents = list(_read_manifests(args.manifests, report))
-        tally = _Tally(namespaces=_namespace_objects(documents))
-        for ns, labels in namespaces.items():
-            tally.namespaces.setdefault(ns, {}).update(labels)
-        for doc in documents:
-            report.extend(_admit_document(engine, doc, args.namespace, tally))
-        print(f"gpupolicy admit: {tally.objects} workload(s) checked: {tally.denied} denied, "
-              f"{tally.warned} with warnings", file=sys.stderr)
+    if engine is None:  # a broken policy is bad input, not a denied workload: CI must tell them apart
+        sys.stdout.write(REPORTER_BY_NAME[args.output](report))
+        return 2
+    documents = list(_read_manifests(args.manifests, report))
+    tally = _Tally(namespaces=_namespace_objects(documents))
+    for ns, labels in namespaces.items():
+        tally.namespaces.setdefault(ns, {}).update(labels)
+    for doc in documents:
+        report.extend(_admit_document(engine, doc, args.namespace, tally))
+    print(f"gpupolicy admit: {tally.objects} workload(s) checked: {tally.denied} denied, "
+          f"{tally.warned} with warnings", file=sys.stderr)
     sys.stdout.write(REPORTER_BY_NAME[args.output](report))
     return report.exit_code
 

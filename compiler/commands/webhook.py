@@ -108,7 +108,8 @@ def _certs(args: argparse.Namespace) -> int:
     existing = [name for name in (certs.CA_FILE, certs.CERT_FILE, certs.KEY_FILE) if (out / name).exists()]
     if existing and not args.force:
         raise _UsageError(f"{out} already holds {', '.join(existing)}; pass --force to replace them")
-    names = certs.service_dns_names(args.service, args.namespace)
+    # localhost too, so `webhook serve` can be tried with curl --cacert on this machine
+    names = (*certs.service_dns_names(args.service, args.namespace), "localhost")
     ca = certs.make_ca()
     serving = certs.make_serving_cert(ca, names, days=args.days)
     try:

@@ -161,7 +161,8 @@ def test_a_spec_with_errors_is_reported_like_validate_and_nothing_is_admitted(
 ) -> None:
     spec = write(tmp_path, "cluster.yaml", Path(TKE).read_text(encoding="utf-8").replace("model: Tesla-T4",
                                                                                            "model: Tesla-T5"))
-    assert main(["admit", "-p", spec, write(tmp_path, "d.yaml", SEED)]) == 1
+    # exit 2, not 1: a broken policy is bad input, and CI must tell it apart from a denied workload
+    assert main(["admit", "-p", spec, write(tmp_path, "d.yaml", SEED)]) == 2
     out = capsys.readouterr().out
     assert "error[unknown-gpu-model]" in out and "shared-gpu-request-above-one" not in out
 

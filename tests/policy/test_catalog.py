@@ -222,9 +222,23 @@ def test_strip_shared_removes_only_the_gfd_suffix() -> None:
 
 def test_suggest_offers_close_spellings_for_a_typo() -> None:
     assert "NVIDIA-L20" in catalog.suggest("NVIDIA-L2O")
-    assert catalog.suggest("H100-SXM5")[0] == "H100-SXM"
+    # A family token decides first, then likeness to any spelling: H100-SXM5 is the SXM part, whose product
+    # label is NVIDIA-H100-80GB-HBM3 (alias H100-SXM), not the NVL or PCIe card.
+    assert catalog.suggest("H100-SXM5")[0] == "NVIDIA-H100-80GB-HBM3"
     assert len(catalog.suggest("A1OO", limit=2)) <= 2
     assert catalog.suggest("completely-unrelated") == ()
+
+
+def test_a_bare_family_name_suggests_every_variant_of_that_family() -> None:
+    # "A100" alone is ambiguous (40 or 80 GB, SXM4 or PCIe: different memory and MIG profile names), and edit
+    # distance alone would have offered the unrelated A10.
+    assert set(catalog.suggest("A100")) == {
+        "NVIDIA-A100-SXM4-80GB", "NVIDIA-A100-SXM4-40GB", "NVIDIA-A100-PCIE-40GB", "NVIDIA-A100-80GB-PCIe"}
+    assert "NVIDIA-A10" not in catalog.suggest("A100")
+
+
+def test_the_nvidia_prefix_is_optional_in_lookups() -> None:
+    assert catalog.lookup("NVIDIA-H100-SXM5-80GB") == catalog.lookup("H100-SXM5-80GB") is not None
 
 
 # ---- the schema rejects bad data ------------------------------------------------------------------------------
