@@ -36,11 +36,6 @@ def config_path(node_class: str) -> str:
     return f"{CONFIG_DIR}/{node_class}.yaml"
 
 
-def mig_strategy(node_class: NodeClass) -> str:
-    mig = node_class.sharing.mig
-    return mig.strategy if mig else "none"
-
-
 def is_mps(plugin: DevicePlugin, node_class: NodeClass) -> bool:
     """An MPS class on a plugin that knows MPS (v0.15.0 added sharing.mps and the control daemon)."""
     return node_class.sharing.mps is not None and plugin.version_tuple >= (0, 15, 0)
@@ -63,7 +58,7 @@ def render_config_text(plugin: DevicePlugin, node_class: NodeClass) -> str:
 
 
 def _flags(plugin: DevicePlugin, node_class: NodeClass) -> Obj:
-    flags: Obj = {"migStrategy": mig_strategy(node_class)}
+    flags: Obj = {"migStrategy": node_class.mig_strategy}
     if plugin.deploy == "gpu-operator":
         # The operator sets these through env, which beats the file (device-plugin.md §7): writing them
         # here would only mislead a reader.
@@ -157,7 +152,7 @@ def _plugin_daemon_set(policy: ClusterGPUPolicy, node_class: NodeClass, config_m
     volumes = [objects.host_path_volume("device-plugins", KUBELET_DEVICE_PLUGINS, "Directory"),
                _config_volume(node_class, config_map_name)]
     env = list(BASE_ENV)
-    if mig_strategy(node_class) != "none":
+    if node_class.mig_strategy != "none":
         env.append({"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"})  # Helm: unless every strategy is none
     if mps:
         env.append({"name": "MPS_ROOT", "value": MPS_ROOT})
@@ -191,7 +186,7 @@ def _plugin_daemon_set(policy: ClusterGPUPolicy, node_class: NodeClass, config_m
 
 
 def _plugin_security_context(node_class: NodeClass) -> Obj:
-    if mig_strategy(node_class) != "none":
+    if node_class.mig_strategy != "none":
         # MIG needs SYS_ADMIN to read the MIG capability files; the Helm chart adds it exactly when some
         # config may use a MIG strategy other than none (templates/_helpers.tpl requiresCapSysAdmin).
         return {"capabilities": {"add": ["SYS_ADMIN"]}}
@@ -272,33 +267,6 @@ def render_operator_configs(policy: ClusterGPUPolicy) -> Obj:
     )
 
 
-def operator_mig_strategy(policy: ClusterGPUPolicy) -> str:
-    """The ClusterPolicy's cluster-wide mig.strategy.  It becomes MIG_STRATEGY env on every plugin pod and
-    env beats the file (device-plugin.md §7), so it must suit every class: single and mixed both leave
-    full GPUs as nvidia.com/gpu, so the MIG classes' strategy wins; none only when no class uses MIG."""
-    strategies = sorted({mig_strategy(nc) for nc in policy.spec.node_classes} - {"none"})
-    if not strategies:
-        return "none"
-    return strategies[0] if len(strategies) == 1 else "mixed"
-
-
-def operator_conflicts(policy: ClusterGPUPolicy) -> tuple[str, ...]:
-    """Why the one cluster-wide mig.strategy cannot hold for some class, in words for the report."""
-    if policy.spec.device_plugin.deploy != "gpu-operator":
-        return ()
-    chosen = operator_mig_strategy(policy)
-    found = []
-    for nc in sorted(policy.spec.node_classes, key=lambda nc: nc.name):
-        if mig_strategy(nc) not in ("none", chosen):
-            found.append(f"class {nc.name} wants migStrategy {mig_strategy(nc)}, but the ClusterPolicy's "
-                         f"cluster-wide mig.strategy is {chosen} and overrides it")
-        if nc.sharing.mps is not None and chosen == "mixed":
-            found.append(f"class {nc.name} uses MPS, which the plugin refuses with mig.strategy mixed "
-                         "(\"using --mig-strategy=mixed is not supported with MPS\"); split the cluster or "
-                         "move the MPS class to a standalone plugin")
-    return tuple(found)
-
-
 def render_cluster_policy(policy: ClusterGPUPolicy, configs: str, mig_configs: str | None) -> Obj:
     """The ClusterPolicy fields that point the operator at our content-named ConfigMaps.
 
@@ -309,7 +277,7 @@ def render_cluster_policy(policy: ClusterGPUPolicy, configs: str, mig_configs: s
     """
     spec: Obj = {
         "devicePlugin": {"config": {"name": configs}},
-        "mig": {"strategy": operator_mig_strategy(policy)},
+        "mig": {"strategy": policy.spec.operator_mig_strategy},
     }
     if mig_configs is not None:
         # default all-disabled: the operator labels unlabelled MIG-capable nodes with it (mig.md §5).

@@ -290,7 +290,6 @@ def _notes(policy: ClusterGPUPolicy) -> tuple[str, ...]:
             f"FALLBACK_STRATEGIES=empty): whole GPUs, no sharing. Run device plugin {plugin.version} or newer "
             f"in the ClusterPolicy; the configs are written for it."
         )
-        notes.extend(deviceplugin.operator_conflicts(policy))
         if migconfig.has_mig(policy):
             notes.append(
                 "Changing nvidia.com/mig.config makes mig-manager stop GPU clients and repartition the GPUs: "

@@ -121,6 +121,7 @@ class Engine:
         self._knows = {key: frozenset(found) for key, found in knows.items()}
         self._carries = {pair: frozenset(found) for pair, found in carries.items()}
         self._fitting: dict[tuple[tuple[str, int], ...], tuple[tuple[int, ...], tuple[ClassView, ...]]] = {}
+        self._lacks: dict[str, frozenset[int]] = {}
 
     @property
     def classes(self) -> tuple[ClassView, ...]:
@@ -195,8 +196,8 @@ class Engine:
         for req in reversed(placement.node_selector):
             if req.operator != "In" or len(req.values) != 1:
                 return tuple(placement_conflict(placement, view) for view in self._classes)
-            excluded = self._knows.get(req.key, frozenset()) - self._carries.get((req.key, req.values[0]),
-                                                                                 frozenset())
+            excluded = (self._knows.get(req.key, frozenset()) - self._carries.get((req.key, req.values[0]),
+                                                                                  frozenset())) | self._lacking(req.key)
             if excluded:
                 conflict = Conflict(req.path, "nodeSelector", req)
                 for i in excluded:
@@ -206,6 +207,15 @@ class Engine:
                 if conflicts[i] is None:
                     conflicts[i] = terms_conflict(placement.terms, view)
         return tuple(conflicts)
+
+    def _lacking(self, key: str) -> frozenset[int]:
+        """Indices of the classes whose nodes surely carry no label ``key`` (memoised per key)."""
+        found = self._lacks.get(key)
+        if found is None:
+            found = frozenset(i for i, view in enumerate(self._classes) if view.lacks(key))
+            if len(self._lacks) < _FITTING_CACHE_SIZE:
+                self._lacks[key] = found
+        return found
 
     def _unchanged(self, new: Workload, request: GpuRequest, old_obj: Mapping[str, Any] | None) -> bool:
         """Ratcheting (Kyverno-style): an UPDATE keeping GPU requests and placement cannot make things worse."""

@@ -135,6 +135,10 @@ class DevicePlugin(Model):
         Toleration(key="CriticalAddonsOnly", operator="Exists"),
     )
     """Tolerations of the device-plugin pods, so they run on tainted GPU nodes."""
+    gpu_feature_discovery: StrictBool | None = None
+    """Whether GPU Feature Discovery runs with each class's config and labels the nodes (nvidia.com/gpu.product
+    with -SHARED, nvidia.com/gpu.replicas, ...). Default: true with the GPU Operator, which runs it; false
+    standalone, where a bare device plugin writes no labels. Admission and verify rely on it."""
     flags: PluginFlags = PluginFlags()
     """Plugin flags written into every class's config file."""
     operator: OperatorSettings = OperatorSettings()
@@ -144,6 +148,13 @@ class DevicePlugin(Model):
     def version_tuple(self) -> tuple[int, int, int]:
         major, minor, patch = self.version.lstrip("v").split("-")[0].split(".")
         return int(major), int(minor), int(patch)
+
+    @property
+    def labels_nodes(self) -> bool:
+        """Whether GPU Feature Discovery's labels can be expected on the nodes."""
+        if self.gpu_feature_discovery is not None:
+            return self.gpu_feature_discovery
+        return self.deploy == "gpu-operator"
 
     @property
     def effective_image(self) -> str:

@@ -58,6 +58,8 @@ class ClassOffers:
     """Labels every node of the class carries once configured: its selector plus what GFD will write."""
     sizing: sizing.Sizing | None
     nodes: int | None
+    feature_discovery: bool = True
+    """Whether GPU Feature Discovery labels the nodes (so node_labels includes its labels)."""
 
     def offer(self, resource: str) -> Offer | None:
         return next((o for o in self.offers if o.resource == resource), None)
@@ -96,8 +98,10 @@ def replicas_per_gpu(node_class: NodeClass) -> int:
     return computed.replicas if computed else 1
 
 
-def resolve_class(node_class: NodeClass) -> ClassOffers:
-    """Everything a class offers; assumes the policy passed its checks."""
+def resolve_class(node_class: NodeClass, *, feature_discovery: bool = True) -> ClassOffers:
+    """Everything a class offers; assumes the policy passed its checks.
+
+    Without ``feature_discovery`` the nodes carry only their selector labels: no GFD label is predicted."""
     model = catalog.lookup(node_class.gpu.model)
     product = model.product if model else node_class.gpu.model
     memory = gpu_memory_mib(node_class)
@@ -114,7 +118,8 @@ def resolve_class(node_class: NodeClass) -> ClassOffers:
         mode=mode,
         mig_strategy=mig.strategy if mig else "none",
         offers=offers,
-        node_labels=_node_labels(node_class, product, offers),
+        node_labels=_node_labels(node_class, product, offers) if feature_discovery else dict(node_class.node_selector),
+        feature_discovery=feature_discovery,
         sizing=replica_sizing(node_class),
         nodes=node_class.nodes,
     )
@@ -223,6 +228,8 @@ class ClassDoc(_Doc):
     mode: SharingMode
     mig_strategy: Literal["none", "single", "mixed"]
     offers: tuple[OfferDoc, ...]
+    feature_discovery: bool = True
+    """False when GPU Feature Discovery does not label the nodes: nvidia.com/gpu.* labels are then absent."""
 
 
 class SelectorRequirementDoc(_Doc):
@@ -272,7 +279,8 @@ ALL_RULES: tuple[RuleId, ...] = (
 def build_admission_policy(policy: ClusterGPUPolicy) -> AdmissionPolicy:
     """Compile a checked policy into the document the rule engine evaluates pods against."""
     spec = policy.spec
-    classes = tuple(_class_doc(resolve_class(nc)) for nc in spec.node_classes)
+    labels_nodes = spec.device_plugin.labels_nodes
+    classes = tuple(_class_doc(resolve_class(nc, feature_discovery=labels_nodes)) for nc in spec.node_classes)
     tenants = tuple(
         TenantDoc(
             name=t.name,
@@ -305,6 +313,7 @@ def _class_doc(resolved: ClassOffers) -> ClassDoc:
         gpu_count=resolved.gpu_count,
         mode=resolved.mode,
         mig_strategy=resolved.mig_strategy,
+        feature_discovery=resolved.feature_discovery,
         offers=tuple(
             OfferDoc(
                 resource=o.resource,

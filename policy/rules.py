@@ -71,13 +71,20 @@ class ClassView:
     labels: Mapping[str, frozenset[str]]
     """Known label key -> every value the nodes may carry (GPU product names come with or without NVIDIA-)."""
     offers: Mapping[str, OfferView]
+    absent_prefixes: tuple[str, ...] = ()
+    """Label prefixes no node of the class carries beyond ``known`` (GFD's, where GFD does not run)."""
 
     @classmethod
     def from_doc(cls, doc: ClassDoc) -> ClassView:
         known = {**doc.node_labels, **doc.node_selector}
         labels = {key: _possible_values(key, value) for key, value in known.items()}
+        absent = () if doc.feature_discovery else GFD_LABEL_PREFIXES
         return cls(doc.name, doc.product, doc.mode, doc.mig_strategy, tuple(sorted(doc.node_selector.items())),
-                   known, labels, {o.resource: OfferView.from_doc(o) for o in doc.offers})
+                   known, labels, {o.resource: OfferView.from_doc(o) for o in doc.offers}, absent)
+
+    def lacks(self, key: str) -> bool:
+        """Whether no node of the class carries the label at all."""
+        return key not in self.known and key.startswith(self.absent_prefixes)
 
     def fits(self, totals: Iterable[tuple[str, int]]) -> bool:
         """Whether one node offers every requested resource in the requested amount."""
@@ -138,6 +145,10 @@ class Access:
 
 # --- placement: can a class's nodes satisfy the pod's nodeSelector and required affinity? ---------------------
 
+#: Labels only GPU Feature Discovery writes (k8s-device-plugin internal/lm); where it does not run, no node has them.
+GFD_LABEL_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/mig-", "nvidia.com/mig.capable", "nvidia.com/mig.strategy",
+                      "nvidia.com/mps.", "nvidia.com/cuda.")
+
 
 @dataclass(frozen=True)
 class Conflict:
@@ -152,6 +163,9 @@ class Conflict:
         if self.requirement is None:
             return f"its {self.field} has an empty term, which matches no node"
         key = self.requirement.key
+        if view.lacks(key):
+            return (f"{self.field} {self.requirement.describe()} excludes it (its nodes carry no {key}: GPU "
+                    "Feature Discovery does not label them)")
         have = f"{key}={view.known[key]}" if self.requirement.operator != "DoesNotExist" else key
         return f"{self.field} {self.requirement.describe()} excludes it (its nodes carry {have})"
 
@@ -159,7 +173,7 @@ class Conflict:
 def placement_conflict(placement: Placement, view: ClassView) -> Conflict | None:
     """The first reason the pod cannot land on the class, or None; a label the class does not know never excludes."""
     for req in placement.node_selector:
-        if _excludes(req, view.labels):
+        if _excludes(req, view):
             return Conflict(req.path, "nodeSelector", req)
     return terms_conflict(placement.terms, view)
 
@@ -170,26 +184,26 @@ def terms_conflict(terms: Sequence[AffinityTerm], view: ClassView) -> Conflict |
         return None
     first: Conflict | None = None
     for term in terms:
-        conflict = _term_conflict(term, view.labels)
+        conflict = _term_conflict(term, view)
         if conflict is None:
             return None  # terms are ORed: one that may match is enough
         first = first or conflict
     return first
 
 
-def _term_conflict(term: AffinityTerm, labels: Mapping[str, frozenset[str]]) -> Conflict | None:
+def _term_conflict(term: AffinityTerm, view: ClassView) -> Conflict | None:
     if term.matches_nothing:
         return Conflict(term.path, "required node affinity", None)
     for req in term.requirements:
-        if _excludes(req, labels):
+        if _excludes(req, view):
             return Conflict(req.path, "required node affinity", req)
     return None
 
 
-def _excludes(req: NodeRequirement, labels: Mapping[str, frozenset[str]]) -> bool:
-    values = labels.get(req.key)
-    if values is None:
-        return False
+def _excludes(req: NodeRequirement, view: ClassView) -> bool:
+    values = view.labels.get(req.key)
+    if values is None:  # unknown labels never exclude, unless the class surely lacks them
+        return view.lacks(req.key) and req.operator in ("In", "Exists", "Gt", "Lt")
     return not any(_satisfies(req, value) for value in values)
 
 
@@ -398,11 +412,18 @@ def _placement_hint(conflict: Conflict, elsewhere: Sequence[ClassView]) -> str:
             why = " (GPU Feature Discovery appends -SHARED to the product of shared GPUs)" \
                 if near[0].endswith("-SHARED") and not req.values[0].endswith("-SHARED") else ""
             return f"did you mean {req.key}={near[0]}?{why}"
-    target = elsewhere[0]
+    target = _meant_class(req, elsewhere) if req is not None else elsewhere[0]
     if req is None:
         return f"remove the empty nodeSelectorTerm, or pin the pod to class {target.name} with {target.pin()}"
     return (f"no node class matches {req.describe()}: remove it, or pin the pod to class {target.name} "
             f"with {target.pin()}")
+
+
+def _meant_class(req: NodeRequirement, elsewhere: Sequence[ClassView]) -> ClassView:
+    """The class a failed requirement most likely aimed at: one whose GPU product its values name
+    (nvidia.com/gpu.product=Tesla-T4 means the T4 class, labelled or not), else the first."""
+    wanted = {v.removeprefix("NVIDIA-").removesuffix("-SHARED").lower() for v in req.values}
+    return next((c for c in elsewhere if c.product.removeprefix("NVIDIA-").lower() in wanted), elsewhere[0])
 
 
 def _not_offered(facts: Facts, resource: str, count: int) -> Diagnostic:

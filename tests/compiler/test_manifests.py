@@ -230,13 +230,18 @@ MPS_CLASS = """    - name: a100-mps
 """
 
 
-def test_operator_mode_reports_an_mps_class_the_cluster_wide_mixed_strategy_would_break(
-    example_policy: Load,
-) -> None:
-    policy = example_policy("h20-mig", ("  tenants:\n", MPS_CLASS))
+def test_operator_mode_follows_the_mig_classes_strategy_cluster_wide(example_policy: Load) -> None:
+    # The ClusterPolicy's mig.strategy reaches every plugin as MIG_STRATEGY env, which beats the file
+    # (device-plugin.md §7); a class that needs another strategy is a validation error (checks.py).
+    policy = example_policy("h20-mig")
     tree = compile_policy(policy)
     assert yaml.safe_load(tree["gpu-operator/clusterpolicy.yaml"])["spec"]["mig"] == {"strategy": "mixed"}
-    assert "class a100-mps uses MPS, which the plugin refuses with mig.strategy mixed" in tree["REPORT.md"].decode()
-    configs = yaml.safe_load(tree["device-plugin/configmap.yaml"])["data"]
-    assert sorted(configs) == ["a100-mps", "h20"]
-    assert yaml.safe_load(configs["a100-mps"])["flags"] == {"migStrategy": "none"}
+    assert policy.spec.operator_mig_strategy == "mixed"
+
+
+def test_an_mps_class_beside_mixed_mig_under_the_operator_is_refused_before_compiling() -> None:
+    from policy.load import load_policy
+
+    spec = ROOT / "examples" / "clusters" / "h20-mig" / "cluster.yaml"
+    result = load_policy(spec.read_text().replace("  tenants:\n", MPS_CLASS), filename=str(spec))
+    assert [d.code for d in result.diagnostics if d.severity == "error"] == ["operator-mig-strategy-conflict"]

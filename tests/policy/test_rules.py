@@ -24,6 +24,7 @@ apiVersion: gpupolicy.dev/v1alpha1
 kind: ClusterGPUPolicy
 metadata: {name: unit}
 spec:
+  devicePlugin: {gpuFeatureDiscovery: true}   # the nodes carry GFD's labels, so rules can reason on them
   nodeClasses:
     - name: ts
       nodeSelector: {pool: ts}
@@ -193,6 +194,15 @@ def test_more_gpus_than_any_node_offers_is_unsatisfiable_and_suggests_the_larges
     assert "whole: offers at most 8 nvidia.com/gpu per node (8 GPUs per node)" in d.message
     assert d.hint == ("request at most 8 nvidia.com/gpu per pod (class whole: 8 GPUs per node), or split the work "
                       "across pods")
+
+
+def test_without_feature_discovery_a_gpu_label_selector_matches_no_node() -> None:
+    # A bare device plugin writes no nvidia.com/gpu.* labels: such a selector would pend forever.
+    engine = engine_for(UNIT_POLICY.replace("gpuFeatureDiscovery: true", "gpuFeatureDiscovery: false"))
+    (d,) = found(engine, pod({GPU: 1}, nodeSelector={"nvidia.com/gpu.product": "Tesla-T4-SHARED"}))
+    assert (d.code, d.path) == ("gpu-request-unsatisfiable", ("spec", "nodeSelector", "nvidia.com/gpu.product"))
+    assert "its nodes carry no nvidia.com/gpu.product: GPU Feature Discovery does not label them" in d.message
+    assert found(engine, pod({GPU: 1}, nodeSelector={"pool": "ts"})) == ()
 
 
 def test_a_selector_excluding_every_offering_class_is_located_at_the_selector(engine: Engine) -> None:
