@@ -13,16 +13,22 @@ def read_text(path: str) -> str | Diagnostic:
     """The file's text, or an ``unreadable-file`` diagnostic saying why not (``-`` reads stdin)."""
     span = Span(path, 1, 1)
     try:
+        too_large = _unreadable(span, f"is larger than {MAX_INPUT_BYTES // 1024 // 1024} MiB", "split it")
         if path == "-":
             import sys
 
-            return sys.stdin.read()
+            text = sys.stdin.read(MAX_INPUT_BYTES + 1)  # `yes | gpupolicy validate -` must not fill memory
+            return too_large if len(text) > MAX_INPUT_BYTES else text
         file = Path(path)
         if file.is_dir():
             return _unreadable(span, "is a directory", "name a YAML file inside it")
         if file.stat().st_size > MAX_INPUT_BYTES:
-            return _unreadable(span, f"is larger than {MAX_INPUT_BYTES // 1024 // 1024} MiB", "split it")
-        return file.read_bytes().decode("utf-8-sig")
+            return too_large
+        # Read at most one byte past the limit: a device or a pipe (/dev/zero, /dev/urandom) has no size
+        # to check first, and reading it whole never ends.
+        with file.open("rb") as stream:
+            data = stream.read(MAX_INPUT_BYTES + 1)
+        return too_large if len(data) > MAX_INPUT_BYTES else data.decode("utf-8-sig")
     except FileNotFoundError:
         return _unreadable(span, "does not exist", "check the path (it is relative to the current directory)")
     except PermissionError:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import ctypes
 import difflib
 import errno
+import functools
 import itertools
 import os
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from compiler.tree import MARKER  # the ownership file every compiled tree carries
@@ -28,8 +29,18 @@ class Drift:
     missing: tuple[str, ...]
     changed: tuple[str, ...]
     extra: tuple[str, ...]
-    diff: str
-    """A unified diff from what is on disk (a/) to what the compiler produces (b/)."""
+    on_disk: Mapping[str, bytes] = field(default_factory=dict, repr=False, compare=False)
+    wanted: Mapping[str, bytes] = field(default_factory=dict, repr=False, compare=False)
+
+    @functools.cached_property
+    def diff(self) -> str:
+        """A unified diff from what is on disk (a/) to what the compiler produces (b/).
+
+        Worked out when asked (`compile --check`): a plain compile of a new 1,000-class tree would
+        otherwise diff 2,269 files against nothing, only to write them.
+        """
+        return "".join(_unified(path, self.on_disk.get(path), self.wanted.get(path))
+                       for path in sorted({*self.missing, *self.extra, *self.changed}))
 
     @property
     def clean(self) -> bool:
@@ -56,10 +67,7 @@ def check_tree(tree: Mapping[str, bytes], out_dir: Path) -> Drift:
     missing = tuple(sorted(set(tree) - set(on_disk)))
     extra = tuple(sorted(set(on_disk) - set(tree)))
     changed = tuple(sorted(p for p in set(tree) & set(on_disk) if tree[p] != on_disk[p]))
-    diff = "".join(
-        _unified(path, on_disk.get(path), tree.get(path)) for path in sorted({*missing, *extra, *changed})
-    )
-    return Drift(missing, changed, extra, diff)
+    return Drift(missing, changed, extra, on_disk, tree)
 
 
 def _read_tree(root: Path) -> dict[str, bytes]:
@@ -121,7 +129,8 @@ def write_tree(tree: Mapping[str, bytes], out_dir: Path) -> None:
                          "check the directory's permissions or choose another -o") from err
     except OSError as err:
         if err.errno == errno.EROFS:
-            raise WriteError(f"cannot write {out_dir}: the file system is read-only") from err
+            raise WriteError(f"cannot write {out_dir}: the file system is read-only "
+                             f"({err.filename or parent}); choose another -o") from err
         raise WriteError(f"cannot write {out_dir}: {err.strerror or err} ({err.filename or out_dir})") from err
 
 
@@ -132,8 +141,7 @@ def _ensure_parent(parent: Path) -> None:
                 raise WriteError(f"cannot create the output directory: {ancestor} is a file, not a directory")
             break
     parent.mkdir(parents=True, exist_ok=True)
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(errno.EACCES, "permission denied", str(parent))
+    _check_writable(parent)
 
 
 def _refuse_foreign(out_dir: Path) -> None:
@@ -154,8 +162,16 @@ def _refuse_foreign(out_dir: Path) -> None:
             if (Path(directory) / name).is_symlink():
                 raise WriteError(f"{Path(directory) / name} is a symlink, which gpupolicy never writes: the "
                                  f"output was changed by hand; move it away and compile again")
-        if not os.access(directory, os.W_OK | os.X_OK):
-            raise PermissionError(errno.EACCES, "permission denied", directory)
+        _check_writable(Path(directory))
+
+
+def _check_writable(directory: Path) -> None:
+    """Raise EROFS for a read-only file system (access(2) reports it as a plain refusal) or EACCES."""
+    if os.access(directory, os.W_OK | os.X_OK):
+        return
+    if os.statvfs(directory).f_flag & os.ST_RDONLY:
+        raise OSError(errno.EROFS, "read-only file system", str(directory))
+    raise PermissionError(errno.EACCES, "permission denied", str(directory))
 
 
 def _new_sibling(parent: Path, name: str, kind: str) -> Path:

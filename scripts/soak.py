@@ -145,9 +145,9 @@ class _Connection(http.client.HTTPSConnection):
 
     def connect(self) -> None:
         raw = socket.create_connection((self._target.host, self.port), self.timeout)
-        # Go, and so kube-apiserver, sets TCP_NODELAY on every connection; http.client does not, and then
-        # sends headers and body in two segments, so Nagle plus the server's delayed ACK add 40 ms to each
-        # request, which would measure the client, not the webhook.
+        # Go, and so kube-apiserver, sets TCP_NODELAY on every connection. http.client does not, and it
+        # sends headers and body in two writes, so Nagle plus a delayed ACK can add 40 ms to a request:
+        # that would measure the client, not the webhook.
         raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock = self._context.wrap_socket(raw, server_hostname=self._target.server_hostname)  # type: ignore[attr-defined]
 

@@ -47,10 +47,11 @@ class LargeBodyGate:
     every worker process that opens the same file.
 
     json.loads inflates a body up to 25-fold (3 MiB of `{},` is 75 MiB of dicts), so eight such bodies at
-    once took two workers from 60 MiB to 486 MiB of RSS in tests/reliability: past the compiled 256 MiB
-    limit, an OOM kill and, under failurePolicy Fail, refused GPU workloads. A thread lock orders this
-    process's threads; an flock(2) on the shared file orders the workers, and the kernel drops it if a
-    worker dies holding it (a SIGKILLed worker can never wedge the gate, as a shared semaphore could).
+    once took the pod (master and two workers) from 160 MiB to 467 MiB of RSS: past the compiled 256 MiB
+    limit, an OOM kill and, under failurePolicy Fail, refused GPU workloads. Taking turns, the peak is
+    about 100 MiB over idle (docs/reliability.md). A thread lock orders this process's threads; an
+    flock(2) on the shared file orders the workers, and the kernel drops it if a worker dies holding it
+    (a SIGKILLed worker can never wedge the gate, as a shared semaphore could).
     """
 
     def __init__(self, lock_file: Path | None = None) -> None:

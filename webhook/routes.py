@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 import time
 
-from flask import Blueprint, Response, g, jsonify, request
-from werkzeug.exceptions import BadRequest, NotFound, UnsupportedMediaType
+from flask import Blueprint, Response, current_app, g, jsonify, request
+from werkzeug.exceptions import BadRequest, NotFound, RequestEntityTooLarge, UnsupportedMediaType
 
 from webhook import review
 from webhook.app import EXTENSION, current_webhook, status_response
@@ -73,6 +73,12 @@ def _json_body() -> bytes:
         raise UnsupportedMediaType(
             f"expected Content-Type application/json, got {request.mimetype or 'none'!r}")
     body = request.get_data(cache=True)
+    # A body of unknown length (chunked) is read up to MAX_CONTENT_LENGTH and then werkzeug's
+    # LimitedStream.readall just stops, without the 413 a declared length gets: one more byte from the
+    # server's own stream says whether the body was cut short, and a cut body is never parsed.
+    if (request.content_length is None and len(body) >= current_app.config["MAX_CONTENT_LENGTH"]
+            and request.environ["wsgi.input"].read(1)):
+        raise RequestEntityTooLarge()
     if not body:
         raise BadRequest("the request body is empty; expected an AdmissionReview")
     return body

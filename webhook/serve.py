@@ -152,21 +152,45 @@ _PARK = getattr(gthread, "_DEFER", None)
 
 
 class _Worker(gthread.ThreadWorker):  # type: ignore[misc]
-    """gunicorn's gthread worker, except that a new connection waits for its first byte in the poller.
+    """gunicorn's gthread worker, changed in two ways so that clients who hold threads cannot starve others.
 
-    gunicorn 27 hands every accepted connection straight to a thread, which waits up to 5 s
-    (gthread.py `DEFAULT_WORKER_DATA_TIMEOUT`) for the client's first byte before parking it. So a few
-    clients that connect and say nothing (a TCP health check, a port scan, an attack) take every thread
-    for 5 s at a time: 8 silent connections delayed a review by 9.7 s in tests/reliability. Here a silent
-    connection is parked at once and the poller gives it a thread when it becomes readable, which is what
-    gunicorn up to 23 did with every new connection. A parked connection holds no thread and is closed
-    after `keepalive` seconds.
+    * A new connection waits for its first byte in the poller. gunicorn 27 hands every accepted
+      connection straight to a thread, which waits up to 5 s (gthread.py `DEFAULT_WORKER_DATA_TIMEOUT`)
+      for the client's first byte, so 8 clients that connect and say nothing (a TCP health check, a port
+      scan, an attack) held all 8 threads and a review waited 9.7 s (docs/reliability.md). Parked, a
+      silent connection holds no thread and is closed after `keepalive` seconds (as gunicorn <= 23 did).
+    * A worker accepts only while it has a free thread. gthread accepts whenever it has fewer than
+      `worker_connections` (1000) connections and queues the work behind its busy threads, so one worker
+      took all 16 stalled clients of a test and a review waited 7.7 s behind them while the other worker
+      sat idle. Left in the kernel's backlog, a connection goes to the first worker with a free thread.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._busy = 0  # connections handed to the pool and not yet back: only the main loop touches it
 
     def handle(self, conn: Any) -> Any:
         if _PARK is not None and not conn.initialized and not conn.data_ready and not conn.wait_for_data(0):
             return _PARK
         return super().handle(conn)
+
+    def enqueue_req(self, conn: Any) -> None:
+        self._busy += 1
+        super().enqueue_req(conn)
+
+    def finish_request(self, conn: Any, fs: Any) -> None:
+        self._busy -= 1
+        super().finish_request(conn, fs)
+
+    def accept(self, listener: Any) -> None:
+        super().accept(listener)
+        if self._busy >= self.cfg.threads:
+            self.set_accept_enabled(False)
+
+    def set_accept_enabled(self, enabled: bool) -> None:
+        # gthread's loop asks to accept again on every pass while it has room for connections; it gets its
+        # wish only once a thread is free (finish_request wakes the loop when one is).
+        super().set_accept_enabled(enabled and self._busy < self.cfg.threads)
 
 
 class _SlowClientLog(logging.Filter):

@@ -39,6 +39,8 @@ log = logging.getLogger("gpupolicy.webhook.tls")
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 #: How long one request may take from its first byte to its last, unless the settings say otherwise.
 DEFAULT_REQUEST_TIMEOUT_SECONDS = 10.0
+#: How long a closing connection waits for the client's own close (see DeadlineSSLSocket.shutdown).
+LINGER_SECONDS = 0.1
 
 
 class ClientTooSlow(TimeoutError):
@@ -90,6 +92,26 @@ class DeadlineSSLSocket(ssl.SSLSocket):
         if self.gettimeout() != 0.0:
             self.settimeout(self.budget_seconds)
         return super().send(data, flags)
+
+    def shutdown(self, how: int) -> None:
+        """Half-close, and from now on wait at most LINGER_SECONDS in all for the client to close too.
+
+        gthread closes a connection it will not keep with util.close_graceful (RFC 9112 §9.6): shutdown,
+        then read until the client's FIN for up to 2 s, and it does so on the worker's *main loop*
+        (`finish_request`), which meanwhile accepts and dispatches nothing. A client that asks for
+        `Connection: close`, or is dropped as too slow, and then keeps its socket open froze the worker
+        for 2 s each time. Our answers are small and sent in full before this, so a short linger loses
+        nothing.
+        """
+        super().shutdown(how)
+        self._linger_until: float | None = time.monotonic() + LINGER_SECONDS
+
+    def settimeout(self, value: float | None) -> None:
+        linger_until = getattr(self, "_linger_until", None)
+        if linger_until is not None:  # closing: 0.0 (non-blocking) once the linger is over
+            left = max(0.0, linger_until - time.monotonic())
+            value = left if value is None else min(value, left)
+        super().settimeout(value)
 
     def _arm(self) -> None:
         """Bound the next blocking call by what is left of this request's deadline (non-blocking stays so)."""

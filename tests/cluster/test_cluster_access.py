@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import TKE_SPEC
+from cluster_support import TKE_SPEC
 from fake_apiserver import Fault
 
 from compiler.cluster import snapshot

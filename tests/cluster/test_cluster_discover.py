@@ -7,7 +7,7 @@ from itertools import combinations
 from pathlib import Path
 
 import yaml
-from conftest import TKE_SPEC
+from cluster_support import TKE_SPEC
 from fake_apiserver import load_scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import build_recorded
 import pytest
-from conftest import ROOT
+from cluster_support import ROOT
 
 from compiler import compile_policy
 from compiler.cluster import expected, facts, verify

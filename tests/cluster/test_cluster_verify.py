@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import FLEET_SPEC, TKE_SPEC, applied, by_name, compiled_objects, daemon_pod
+from cluster_support import FLEET_SPEC, TKE_SPEC, applied, by_name, compiled_objects, daemon_pod
 from fake_apiserver import load_scenario
 
 SEED_GPU_NODES = {"l20": ["10.0.1.12"], "t4": ["10.0.2.7"]}

@@ -1,10 +1,8 @@
 """Shared pieces of the reliability suite: the webhook suite's server helpers, the soak load, figures."""
 
-# The real-server helpers live in tests/webhook (conftest.py builds reviews; test_https.py starts and speaks
-# to `gpupolicy webhook serve`). Both are plain files, not a package, and test_https.py does
-# `from conftest import ...`, which pytest resolves to whichever conftest it imported last. So they are
-# loaded here under their own names, with `conftest` pointing at tests/webhook/conftest.py while
-# test_https.py runs its imports. scripts/soak.py is loaded the same way: the suite runs its LoadGenerator.
+# The real-server helpers live in tests/webhook (webhook_support.py builds reviews; test_https.py starts and
+# speaks to `gpupolicy webhook serve`). They are plain files, not a package, so they are loaded here by path;
+# scripts/soak.py is loaded the same way: the suite runs its LoadGenerator.
 
 from __future__ import annotations
 
@@ -29,25 +27,31 @@ def _load(name: str, path: Path) -> ModuleType:
 
 
 def _load_webhook_suite() -> tuple[ModuleType, ModuleType]:
-    helpers = _load("reliability_webhook_helpers", ROOT / "tests" / "webhook" / "conftest.py")
-    saved = sys.modules.get("conftest")
-    sys.modules["conftest"] = helpers
-    try:
-        https = _load("reliability_webhook_https", ROOT / "tests" / "webhook" / "test_https.py")
-    finally:
-        if saved is None:
-            sys.modules.pop("conftest", None)
-        else:
-            sys.modules["conftest"] = saved
-    return helpers, https
+    # test_https.py imports `webhook_support`, so that name must resolve before it runs
+    helpers = sys.modules.get("webhook_support") or _load("webhook_support",
+                                                          ROOT / "tests" / "webhook" / "webhook_support.py")
+    return helpers, _load("reliability_webhook_https", ROOT / "tests" / "webhook" / "test_https.py")
 
 
 helpers, https = _load_webhook_suite()
 soak = _load("reliability_soak", ROOT / "scripts" / "soak.py")
+#: The compiler's admission-manifest tests: their CEL-evaluated `called()` and Pod Security checks.
+manifests = _load("reliability_admission_manifests", ROOT / "tests" / "compiler" / "test_admission_manifests.py")
 
 #: Every request a test server gets must be complete within this (tls.DeadlineSSLSocket): short, so the
 #: slow-loris tests finish quickly, yet far above what any honest request here takes (milliseconds).
 REQUEST_TIMEOUT_SECONDS = 2.0
+
+
+#: What the suite puts into request bodies (container images, an env value): none of it may reach a log.
+OBJECT_CONTENTS = ("registry.example/infer:1.0", "registry.example/soak:1.0", "hf_security_SECRET_value",
+                   "registry.example/security-image:secret-tag")
+
+
+def log_problems(text: str) -> list[str]:
+    """What must never be in a server log: key material, object contents, tracebacks (each one a bug)."""
+    needles = ("PRIVATE KEY", "BEGIN CERTIFICATE", "Traceback", *OBJECT_CONTENTS)
+    return [needle for needle in needles if needle in text]
 
 
 def target_of(server: Any) -> Any:

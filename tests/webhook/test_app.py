@@ -9,7 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import (
+from flask import Flask
+from flask.testing import FlaskClient
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
+from webhook_support import (
     V1BETA1,
     FakeDecision,
     FakeDiagnostic,
@@ -21,10 +25,6 @@ from conftest import (
     spec_text,
     workload,
 )
-from flask import Flask
-from flask.testing import FlaskClient
-from prometheus_client import REGISTRY
-from prometheus_client.parser import text_string_to_metric_families
 
 from webhook import create_app
 from webhook.app import EXTENSION, Webhook

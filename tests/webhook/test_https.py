@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from conftest import (
+from cryptography import x509
+from prometheus_client.parser import text_string_to_metric_families
+from webhook_support import (
     V1,
     V1BETA1,
     WORKLOAD_KINDS,
@@ -31,8 +33,6 @@ from conftest import (
     read_fixture,
     workload,
 )
-from cryptography import x509
-from prometheus_client.parser import text_string_to_metric_families
 
 from compiler.cli import main as gpupolicy
 from webhook import tls

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 import pytest
-from conftest import (
+from webhook_support import (
     V1,
     V1BETA1,
     FakeDecision,
