@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,15 @@ EXAMPLES = ROOT / "examples" / "clusters"
 # the regular packages win (a regular package beats a namespace portion wherever it is on the path).
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+
+# Hypothesis: no per-example deadline (a loaded 2-core CI machine is slow, not wrong), and in CI a fixed
+# seed, so a failure there is reproducible from the log.
+from hypothesis import settings  # noqa: E402
+
+settings.register_profile("default", deadline=None)
+settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -14,6 +13,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from external_tools import require_tool
 from jsonschema import Draft202012Validator
 
 from compiler import compile_policy, deviceplugin
@@ -171,11 +171,7 @@ def test_operator_report_says_which_labels_go_on_which_nodes_and_how(example_pol
 @functools.cache
 def kustomize_build(directory: str) -> subprocess.CompletedProcess[str]:
     """One `kubectl kustomize` per tree; skipped without kubectl unless CI demands it."""
-    kubectl = shutil.which("kubectl")
-    if kubectl is None:
-        if os.environ.get("GPUPOLICY_REQUIRE_KUBECTL") == "1":
-            pytest.fail("kubectl is not on PATH, and GPUPOLICY_REQUIRE_KUBECTL=1 makes that a failure")
-        pytest.skip("kubectl is not on PATH")
+    kubectl = require_tool("kubectl")
     return subprocess.run([kubectl, "kustomize", directory], capture_output=True, text=True, check=False,
                           timeout=120)
 
@@ -210,12 +206,12 @@ def test_the_built_standalone_tree_mounts_configmaps_it_contains() -> None:
         assert volume["configMap"]["name"] in config_maps
 
 
-def test_a_missing_kubectl_fails_when_ci_requires_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_tool_fails_when_ci_requires_it_and_is_skipped_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(shutil, "which", lambda name: None)
-    monkeypatch.setenv("GPUPOLICY_REQUIRE_KUBECTL", "1")
-    with pytest.raises(pytest.fail.Exception, match="GPUPOLICY_REQUIRE_KUBECTL=1"):
+    monkeypatch.setenv("GPUPOLICY_REQUIRE_TOOLS", "promtool,kubectl")
+    with pytest.raises(pytest.fail.Exception, match="GPUPOLICY_REQUIRE_TOOLS names it"):
         kustomize_build.__wrapped__("unused")
-    monkeypatch.delenv("GPUPOLICY_REQUIRE_KUBECTL")
+    monkeypatch.setenv("GPUPOLICY_REQUIRE_TOOLS", "promtool")
     with pytest.raises(pytest.skip.Exception):
         kustomize_build.__wrapped__("unused")
 

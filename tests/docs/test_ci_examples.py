@@ -14,6 +14,7 @@ from typing import Any, get_args
 
 import pytest
 import yaml
+from external_tools import require_tool
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -41,12 +42,7 @@ def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: int = TIMEOUT
 
 
 def _kubectl() -> str:
-    found = shutil.which("kubectl")
-    if found is None:
-        if os.environ.get("GPUPOLICY_REQUIRE_KUBECTL") == "1":
-            pytest.fail("kubectl is not on PATH, and GPUPOLICY_REQUIRE_KUBECTL=1 makes that a failure")
-        pytest.skip("kubectl (with kustomize) is not on PATH")
-    return found
+    return require_tool("kubectl")
 
 
 @pytest.fixture
@@ -444,10 +440,7 @@ def test_the_alerts_use_only_metrics_the_webhook_exports() -> None:
 
 
 def _promtool() -> str:
-    found = shutil.which("promtool")
-    if found is None:
-        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
-    return found
+    return require_tool("promtool")  # Debian: apt-get install prometheus
 
 
 def _plain_rules(tmp_path: Path, *, annotations: bool = True) -> Path:

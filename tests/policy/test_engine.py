@@ -21,7 +21,7 @@ from policy.offers import AdmissionPolicy, build_admission_policy
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "examples" / "clusters"
 FIXTURES = ROOT / "tests" / "fixtures" / "workloads"
-SHARED = Path("/work/shared/fixtures")
+REVIEWS = ROOT / "tests" / "fixtures" / "admission-reviews"
 GPU = "nvidia.com/gpu"
 
 
@@ -240,15 +240,15 @@ def test_objects_without_a_checked_gpu_request_are_allowed_without_findings(obj:
 
 def review_objects() -> list[tuple[str, dict[str, Any]]]:
     out = []
-    for path in sorted((SHARED / "admission-reviews").glob("*.json")):
+    assert list(REVIEWS.glob("*.json")), f"the real-world AdmissionReviews are missing from {REVIEWS}"
+    for path in sorted(REVIEWS.glob("*.json")):
         body = json.loads(path.read_text(encoding="utf-8").split("\n", 1)[1])
         request = body.get("request", body)
         out.append((path.name, request))
     return out
 
 
-@pytest.mark.skipif(not (SHARED / "admission-reviews").is_dir(), reason="shared fixtures not mounted")
-@pytest.mark.parametrize(("name", "request_"), review_objects() if (SHARED / "admission-reviews").is_dir() else [])
+@pytest.mark.parametrize(("name", "request_"), review_objects())
 def test_the_real_world_admission_reviews_carry_no_gpu_request_and_are_allowed(name: str, request_: Any) -> None:
     for cluster in ("tke-l20-t4", "h20-mig", "mixed-fleet"):
         decision = engine_for(cluster).evaluate(request_["object"], operation=request_["operation"],

@@ -74,8 +74,10 @@ def test_time_slicing_on_mig_devices_under_the_single_strategy_is_accepted() -> 
     )
     result = load_policy(text, filename="x.yaml")
     assert result.ok, result.diagnostics
-    offer = resolve_class(result.policy.spec.node_classes[0]).offers[0]
+    resolved = resolve_class(result.policy.spec.node_classes[0])
+    offer = resolved.offers[0]
     assert (offer.resource, offer.per_node, offer.shared) == ("nvidia.com/gpu", 112, True)
+    assert resolved.node_labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED"
 
 
 def test_a_mixed_mig_class_may_select_by_product_because_gfd_leaves_full_gpu_labels_alone() -> None:

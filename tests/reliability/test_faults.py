@@ -202,7 +202,7 @@ def test_sigterm_under_load_drops_readiness_first_serves_until_then_and_finishes
         https.stop_server(server)
     assert report.failures == 0, report.errors[:5]
     assert log_problems(server.log.read_text()) == []
-    assert unready_after < 1.0
+    assert unready_after < REQUEST_TIMEOUT_SECONDS  # readiness drops at once, long before the drain ends
     assert (response.status, answer["uid"], answer["allowed"]) == (200, "in-flight", False)
     assert exit_status == 0
     figures.record("SIGTERM under load", sent=report.sent, failures=report.failures,

@@ -31,6 +31,9 @@ ACCEPTABLE = {200, 400, 404, 405, 413, 415, 422}
 MAX_BODY = 3 * 1024 * 1024
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 
+#: Slower than this, a request was blocked: it waited for (most of) a slow client's deadline.
+BLOCKED = 0.9 * REQUEST_TIMEOUT_SECONDS
+
 
 # --- what a sane answer looks like ------------------------------------------------------------------------
 
@@ -464,7 +467,9 @@ def test_slow_loris_and_silent_clients_are_dropped_after_the_request_timeout_whi
             sock.close()
         for client in stalled:
             client.close()
-    assert max(latencies) < 1.0, latencies
+    # A review stuck behind a slow client would wait for its whole deadline; anything clearly below it is
+    # "not blocked", however slow the machine.
+    assert max(latencies) < BLOCKED, latencies
     assert all(after is not None and REQUEST_TIMEOUT_SECONDS - 0.2 < after < REQUEST_TIMEOUT_SECONDS + 2
                for after in dropped.values()), dropped
     window = served.log.read_text()[offset:]
@@ -494,7 +499,7 @@ def test_twice_as_many_slow_loris_clients_as_threads_delay_others_by_a_bounded_t
             client.close()
     assert delayed < 16 / 8 * REQUEST_TIMEOUT_SECONDS + 1.5, delayed
     recovered = [timed_healthz(served) for _ in range(10)]
-    assert max(recovered) < 1.0, recovered
+    assert max(recovered) < BLOCKED, recovered
     figures.record("slow clients", overload_stalled=len(stalled), overload_healthz_s=round(delayed, 2),
                    overload_last_dropped_s=round(max(c.dropped_after or 0 for c in stalled), 2),
                    after_overload_healthz_max_ms=round(max(recovered) * 1000, 1))
@@ -513,7 +518,7 @@ def test_clients_that_never_close_after_connection_close_do_not_freeze_the_worke
     finally:
         for sock in lingering:
             sock.close()
-    assert elapsed < 5.0 and max(latencies) < 1.0, (elapsed, latencies)
+    assert elapsed < 16 * 2 / 4 and max(latencies) < BLOCKED, (elapsed, latencies)  # 16 x 2 s lingers, / 4 threads
     figures.record("slow clients", lingering_after_close=len(lingering), lingering_served_in_s=round(elapsed, 2),
                    lingering_healthz_max_ms=round(max(latencies) * 1000, 1))
 

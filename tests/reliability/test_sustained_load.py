@@ -23,7 +23,7 @@ def test_ten_seconds_of_concurrent_mixed_load_fail_no_request_reach_both_workers
                    memory_after=after, reviews_by_worker=sorted(served.values()))
 
     assert (warmup.failures, report.failures) == (0, 0), report.errors[:5]
-    assert report.sent > 500, summary  # a few hundred per second even on 2 slow cores
+    assert report.sent > 100, summary  # real load, not a handful: the throughput figure belongs to bench/
     assert set(summary["by_call"]) == {call.name for call in soak.default_mix()}
     assert len(served) == 2 and min(served.values()) > 0.1 * sum(served.values()), served
     assert after["processes"] == before["processes"] == 3  # master and 2 workers: none died or was replaced

@@ -458,7 +458,8 @@ def test_a_certificate_rotated_while_running_reaches_new_handshakes_without_one_
 
 
 def test_sigterm_drops_readiness_first_finishes_in_flight_requests_and_exits_zero(tmp_path: Path) -> None:
-    server = start_server(tmp_path, GPUPOLICY_DRAIN_SECONDS="1.0")
+    # A drain long enough that the readiness and liveness probes below land inside it on a loaded machine.
+    server = start_server(tmp_path, GPUPOLICY_DRAIN_SECONDS="3.0")
     try:
         body = json.dumps(admission_review(workload("Pod", container(gpus=2)), uid="in-flight")).encode()
         in_flight = server.connect()

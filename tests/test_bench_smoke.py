@@ -1,0 +1,70 @@
+"""The benchmarks in bench/ still run: each script once in its --quick mode, its tables checked for shape.
+
+Nothing here looks at a number: timings depend on the machine, and the benchmarks report them for people
+(docs/performance.md). What is asserted is that every script starts, finishes by itself, exits 0 and
+prints the tables it documents; yaml_bench also exits 1 if the compiler's fast YAML path ever wrote other
+bytes than PyYAML's emitter, and the webhook benchmark if a server answered with a wrong verdict.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+
+pytestmark = pytest.mark.slow
+
+
+def run_bench(script: str, *args: str, timeout: float = 120) -> str:
+    proc = subprocess.run([sys.executable, str(BENCH / script), "--quick", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    assert proc.returncode == 0, f"{script} exited with {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def test_engine_bench_prints_both_growth_tables() -> None:
+    out = run_bench("engine_bench.py")
+    assert "## node classes grow" in out and "## containers grow" in out
+    assert "| 30 | unpinned, denied |" in out
+
+
+def test_compile_bench_compiles_validates_and_checks_the_overlap_rewrite() -> None:
+    out = run_bench("compile_bench.py")
+    assert "| classes | spec KiB | files | compile s |" in out
+    assert "## class-overlap check" in out and "| yes |" in out
+
+
+def test_startup_bench_times_the_short_commands_and_lists_their_imports() -> None:
+    out = run_bench("startup_bench.py")
+    assert "`gpupolicy --help`" in out and "`gpupolicy validate (example)`" in out
+    assert "heavy libraries: none" in out  # --help and --version import neither pydantic nor flask
+
+
+def test_yaml_bench_finds_no_byte_the_fast_emitter_writes_differently() -> None:
+    out = run_bench("yaml_bench.py")
+    assert out.startswith("equivalence: dump_yaml == PyYAML's emitter")
+
+
+@pytest.fixture(scope="module")
+def webhook_bench_output() -> str:
+    """One quick run of the real server and the no-op floor (with wrk when installed)."""
+    return run_bench("webhook_bench.py", *(() if shutil.which("wrk") else ("--no-wrk",)))
+
+
+def test_webhook_bench_paces_the_real_server_and_the_noop_floor(webhook_bench_output: str) -> None:
+    assert "| 100 req/s | real |" in webhook_bench_output
+    assert "| 100 req/s | noop |" in webhook_bench_output
+    assert "throughput real/noop" in webhook_bench_output
+
+
+def test_webhook_bench_saturates_both_servers_with_wrk(webhook_bench_output: str) -> None:
+    if shutil.which("wrk") is None:
+        pytest.skip("wrk is not installed (apt-get install -y wrk): the saturation part was not run")
+    assert "| saturation (wrk) | real |" in webhook_bench_output
+    assert "| saturation (wrk) | noop |" in webhook_bench_output
