@@ -48,6 +48,8 @@ class Slots:
     isolation: str
     replicas: int
     devices_per_node: int
+    memory_estimated: bool = False
+    """The device's memory is the catalog's estimate, not a measured figure."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +141,8 @@ class CapacityReport:
 
 def _slots_dict(s: Slots) -> dict[str, Any]:
     return {"resource": s.resource, "perNode": s.per_node, "total": s.total, "memoryMiB": s.memory_mib,
-            "memoryEnforced": s.memory_enforced, "deviceMemoryMiB": s.device_memory_mib,
+            "memoryEnforced": s.memory_enforced, "memoryEstimated": s.memory_estimated,
+            "deviceMemoryMiB": s.device_memory_mib,
             "isolation": s.isolation, "replicas": s.replicas, "devicesPerNode": s.devices_per_node}
 
 
@@ -210,7 +213,7 @@ def _slots(offer: offers.Offer, nodes: int | None, gpu_memory_mib: int) -> Slots
         # Time-sliced MIG instances share the instance's memory among their replicas, with no limit.
         share = offer.memory_mib // offer.replicas
         return Slots(offer.resource, offer.per_node, total, share, offer.replicas == 1, offer.memory_mib,
-                     _isolation(offer), offer.replicas, offer.devices_per_node)
+                     _isolation(offer), offer.replicas, offer.devices_per_node, offer.memory_estimated)
     enforced = offer.isolation in ("exclusive", "mps-memory-limit")  # MPS pins a device-memory limit
     return Slots(offer.resource, offer.per_node, total, offer.memory_mib, enforced, gpu_memory_mib,
                  _isolation(offer), offer.replicas, offer.devices_per_node)
@@ -307,7 +310,8 @@ def _mib(mib: int) -> str:
 
 
 def _slot_memory(s: Slots) -> str:
-    return _mib(s.memory_mib) + ("" if s.memory_enforced or not s.memory_mib else ", not enforced")
+    estimated = ", estimated (no nvidia-smi capture for this profile)" if s.memory_estimated else ""
+    return _mib(s.memory_mib) + estimated + ("" if s.memory_enforced or not s.memory_mib else ", not enforced")
 
 
 def _count(n: int | None) -> str:
@@ -392,6 +396,12 @@ def _label_plan(report: CapacityReport) -> list[str]:
     return out
 
 
+def _slot_cell(s: Slots) -> str:
+    if not s.memory_mib:
+        return "?"
+    return ("~" if s.memory_estimated else "") + f"{s.memory_mib} MiB" + ("" if s.memory_enforced else "*")
+
+
 def render_text(report: CapacityReport) -> str:
     """The terminal table of `gpupolicy explain`: the same facts as REPORT.md, aligned for a terminal."""
     header = ("CLASS", "GPU", "MODE", "NODES", "GPUS", "BEFORE", "AFTER", "RESOURCE", "MEM/SLOT", "ISOLATION")
@@ -399,14 +409,14 @@ def render_text(report: CapacityReport) -> str:
     for c in report.classes:
         for i, s in enumerate(c.after):
             first = (c.name, c.product, c.mode, _count(c.nodes), _count(c.physical_gpus), _count(c.before.total))
-            rows.append((*(first if i == 0 else ("",) * 6), _count(s.total), s.resource,
-                         f"{s.memory_mib} MiB" + ("" if s.memory_enforced else "*") if s.memory_mib else "?",
-                         s.isolation))
+            rows.append((*(first if i == 0 else ("",) * 6), _count(s.total), s.resource, _slot_cell(s), s.isolation))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows]
     totals = report.totals()
     if any(not s.memory_enforced for c in report.classes for s in c.after):
         lines.append("* not enforced: the replicas share the device's memory with no limit")
+    if any(s.memory_estimated for c in report.classes for s in c.after):
+        lines.append("~ estimated: no nvidia-smi capture of this MIG profile's memory; measure it on a node")
     lines += ["", f"{report.cluster}: {totals['nodes']} node(s), {totals['physicalGpus']} GPU(s), "
               f"{totals['slotsBefore']} -> {totals['slotsAfter']} schedulable GPU slots"]
     if report.uncounted:

@@ -30,6 +30,8 @@ class Offer:
     isolation: Isolation
     mig_profile: str | None = None
     fail_requests_greater_than_one: bool = True
+    memory_estimated: bool = False
+    """The catalog has no nvidia-smi capture of this MIG profile's memory: the figure is an estimate."""
     """Whether the device plugin refuses more than one shared replica per container (only matters when shared)."""
 
     @property
@@ -139,7 +141,10 @@ def _offers(node_class: NodeClass, model: catalog.GpuModel | None, memory: int |
     resource = f"{GPU}.shared" if shared.rename_by_default and replicas > 1 else GPU
     strict = shared.fail_requests_greater_than_one
     if sharing.mps is not None:
-        return (Offer(resource, count, replicas, per_slot, ("mps",), "mps-memory-limit", None, strict),)
+        # The MPS control daemon pins each client to total / replicas, whatever sizing asked for
+        # (cmd/mps-control-daemon; device-plugin.md §3): that is what a slot can count on.
+        limit = (memory or 0) // max(replicas, 1)
+        return (Offer(resource, count, replicas, limit, ("mps",), "mps-memory-limit", None, strict),)
     return (Offer(resource, count, replicas, per_slot, ("time-slicing",), "none", None, strict),)
 
 
@@ -158,7 +163,7 @@ def _mig_offers(node_class: NodeClass, model: catalog.GpuModel | None) -> tuple[
         resource = GPU if mig.strategy == "single" else f"nvidia.com/mig-{profile.replace('+', '.')}"
         modes: tuple[SharingMode, ...] = ("mig", "time-slicing") if replicas > 1 else ("mig",)
         offers.append(Offer(resource, devices, replicas, memory, modes, "mig-hardware", profile,
-                            mig.fail_requests_greater_than_one))
+                            mig.fail_requests_greater_than_one, bool(found and found.memory_estimated)))
     return tuple(offers)
 
 
