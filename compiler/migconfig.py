@@ -52,8 +52,6 @@ def render_mig_parted(policy: ClusterGPUPolicy) -> Obj:
 def _entries(node_class: NodeClass) -> list[Obj]:
     mig = node_class.sharing.mig
     assert mig is not None
-    model = catalog.lookup(node_class.gpu.model)
-    pci_ids = model.mig.pci_device_ids if model and model.mig else ()
     if mig.layout is not None:
         groups: list[tuple[object, dict[str, int]]] = [("all", dict(mig.layout))]
     else:
@@ -61,11 +59,10 @@ def _entries(node_class: NodeClass) -> list[Obj]:
         groups = [(g.gpus if g.gpus == "all" else list(g.gpus), dict(g.layout)) for g in mig.groups]
     entries = []
     for devices, layout in groups:
-        entry: Obj = {"devices": devices, "mig-enabled": True, "mig-devices": dict(sorted(layout.items()))}
-        if pci_ids:
-            # Only GPUs of this model are touched, whatever else the node holds (mig-parted device-filter).
-            entry["device-filter"] = pci_ids[0] if len(pci_ids) == 1 else list(pci_ids)
-        entries.append(entry)
+        # No device-filter: a class's nodes hold one GPU model, and a filter naming the wrong board's PCI id
+        # (an H100 PCIe node in a class written "H100") makes mig-parted skip every GPU silently (mig.md §4).
+        # mig-manager's own generated configs filter only on mixed-model nodes, for the same reason.
+        entries.append({"devices": devices, "mig-enabled": True, "mig-devices": dict(sorted(layout.items()))})
     return entries
 
 
