@@ -228,8 +228,8 @@ def create_app(
 def _store_from(settings: Settings) -> webhook_store.PolicyStore:
     if settings.policy_path is None:
         raise SettingsError("a policy file (--policy) or a spec (--spec) is required")
-    fmt: webhook_store.PolicyFormat = "spec" if settings.spec_file else "admission-policy"
-    return webhook_store.PolicyStore(settings.policy_path, fmt=fmt, interval_seconds=settings.reload_interval_seconds)
+    return webhook_store.PolicyStore(settings.policy_path, fmt=settings.policy_format,
+                                     interval_seconds=settings.reload_interval_seconds)
 
 
 def current_webhook() -> Webhook:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from webhook.certs import CERT_FILE, KEY_FILE
 
@@ -109,6 +109,11 @@ class Settings:
     @property
     def policy_path(self) -> Path | None:
         return self.policy_file or self.spec_file
+
+    @property
+    def policy_format(self) -> Literal["admission-policy", "spec"]:
+        """How to read policy_path: a compiled admission-policy.json, or a spec compiled in memory."""
+        return "spec" if self.spec_file else "admission-policy"
 
 
 def _to_bool(text: str) -> bool:

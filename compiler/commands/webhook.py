@@ -5,6 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from webhook.settings import Settings
 
 # The one sanctioned compiler → webhook import happens inside run(), so `gpupolicy --help` stays instant
 # and the compiler never loads flask, gunicorn or prometheus_client unless this command runs.
@@ -84,10 +88,35 @@ def _serve(args: argparse.Namespace) -> int:
     for path in (settings.policy_path, settings.cert_file, settings.key_file):
         if not path.is_file():
             raise _UsageError(f"{path}: no such file")
+    _check_policy(settings)
     try:
         return serve.run(settings)
     except SettingsError as err:
         raise _UsageError(str(err)) from None
+
+
+def _check_policy(settings: Settings) -> None:
+    """Fail at start, with the reason, when the first policy cannot load: a server that starts and stays
+    unready says nothing to whoever started it. Later changes keep the last good policy instead."""
+    import yaml
+    from pydantic import ValidationError
+
+    from policy.diagnostics import PolicyError
+    from webhook.store import parse_policy
+
+    path = settings.policy_path
+    assert path is not None
+    data = path.read_bytes()
+    try:
+        parse_policy(data, fmt=settings.policy_format, filename=str(path))
+    except PolicyError as err:
+        raise _UsageError(f"{path} is not a valid spec: {err}; run gpupolicy validate {path}") from None
+    except (ValidationError, ValueError, yaml.YAMLError) as err:
+        if settings.policy_format == "admission-policy" and data.lstrip()[:1] not in (b"{", b"["):
+            raise _UsageError(f"{path} is not a compiled admission-policy.json; for a ClusterGPUPolicy YAML use "
+                              "--spec instead of --policy") from None
+        first = str(err).splitlines()[0]
+        raise _UsageError(f"{path} cannot be loaded as {settings.policy_format}: {first}") from None
 
 
 def _certs(args: argparse.Namespace) -> int:
