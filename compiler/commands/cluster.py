@@ -16,7 +16,7 @@ _VERIFIABLE_DESPITE = frozenset({"overlapping-node-classes"})
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", parser_class=type(parser))
+    actions = parser.add_subparsers(dest="action", metavar="SUBCOMMAND", parser_class=type(parser))
     verify = actions.add_parser(
         "verify", help="report where the live cluster differs from a spec (read-only)",
         description="Read nodes, device-plugin DaemonSets, Pending GPU pods and their events, and report per node "
