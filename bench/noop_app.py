@@ -3,19 +3,19 @@
     .venv/bin/python bench/noop_app.py --cert-dir DIR --bind 127.0.0.1 --port 9443 [--workers 2 --threads 4]
 
 The app reads the body, parses it as JSON (every webhook must) and answers `allowed: true` for its uid.
-Everything else is the webhook's own serving code, imported, not copied: `webhook.serve.WebhookServer`
-(the gunicorn options we ship: gthread, workers x threads, keep-alive, timeouts, the SIGTERM drain) with
-the `webhook.tls.CertificateReloader` as gunicorn's ssl_context hook, and `Settings.from_env`, so the
-same GPUPOLICY_* variables and flags configure both servers. Only `load()` differs: it returns this app
-instead of the Flask app. The difference between the two servers is therefore Flask, the policy store,
-the rule engine, metrics and the per-request log line.
+Everything else is the webhook's own serving code, called, not copied: `webhook.serve.run` (logging, the
+`webhook.tls.CertificateReloader` as gunicorn's ssl_context hook, the metrics directory) starting a
+`webhook.serve.WebhookServer` (the gunicorn options we ship: worker class, workers x threads, keep-alive,
+timeouts, the SIGTERM drain), configured by `Settings.from_env`, so the same GPUPOLICY_* variables and
+flags configure both servers. Only `load()` differs: it returns this app instead of the Flask app. The
+difference between the two servers is therefore Flask, the policy store, the rule engine, metrics and
+the per-request log line.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import ssl
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -23,8 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from webhook import serve, tls  # noqa: E402
-from webhook.settings import Settings, SettingsError  # noqa: E402
+from webhook import serve
+from webhook.settings import Settings, SettingsError
 
 StartResponse = Callable[[str, list[tuple[str, str]]], Any]
 
@@ -70,20 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings.from_env(cert_dir=args.cert_dir, bind=args.bind, port=args.port, workers=args.workers,
                                      threads=args.threads, log_level=args.log_level)
+        # serve.run itself, so logging, the TLS reloader (request deadlines included), the metrics directory
+        # and the arbiter are set up exactly as for the webhook; only the application class is ours.
+        serve.WebhookServer = NoopServer  # type: ignore[misc]
+        return serve.run(settings)
     except SettingsError as err:
         print(f"noop_app: {err}", file=sys.stderr)
         return 2
-    assert settings.cert_file is not None and settings.key_file is not None
-    # What serve.run does before it starts gunicorn, minus the metrics directory (no metrics here).
-    serve._configure_logging(settings.log_level)
-    reloader = tls.CertificateReloader(settings.cert_file, settings.key_file)
-    try:
-        reloader.context()
-    except (OSError, ssl.SSLError, ValueError) as err:
-        print(f"noop_app: cannot load the serving certificate: {err}", file=sys.stderr)
-        return 2
-    NoopServer(settings, reloader).run()
-    return 0
 
 
 if __name__ == "__main__":

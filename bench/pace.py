@@ -5,9 +5,10 @@
 Why not wrk, hey or h2load (all in Debian 12; wrk2 is not): wrk cannot pace at all; `hey -q` and
 `h2load --rps` pace each connection but start the clock when a request is actually sent, so a request
 held back behind a slow one never counts its wait (coordinated omission) and tail latency looks better
-than a caller sees it. Here request k is due at t0 + k/rate whatever happened before; a scheduler
-releases due requests to a pool of keep-alive TLS connections (the API server also reuses a pool), and
-latency is measured from the due time, so queueing in the client or the server shows in p99 and p99.9.
+than a caller sees it. Here request k is due at t0 + k/rate whatever happened before, and goes out on a
+pool of keep-alive TLS connections kept the way the API server's Go client keeps them (idle ones reused
+most recent first, a new one dialled when none is idle, up to --connections). Latency is measured from
+the due time, so queueing in the client or the server shows in p99 and p99.9.
 The generator's own lateness (due time to actual send) is reported separately as client lag, so a
 saturated client cannot pass for a slow server. One process: at 1,000 req/s it uses a fraction of a core,
 reported as client CPU.
@@ -17,18 +18,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import ssl
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import reviews  # noqa: E402
+import reviews
 
 #: The name the API server dials; `gpupolicy webhook certs` issues the certificate for it.
 SERVICE_HOST = "gpupolicy-webhook.gpupolicy-system.svc"
@@ -47,6 +50,7 @@ class Result:
     lags: list[float] = field(default_factory=list)
     elapsed: float = 0.0
     client_cpu: float = 0.0
+    peak_connections: int = 0
 
     def summary(self) -> dict[str, float]:
         lat = sorted(self.latencies)
@@ -56,6 +60,7 @@ class Result:
             "requests": self.sent, "errors": self.errors + self.wrong,
             "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99), "p999_ms": pct(lat, 99.9), "max_ms": lat[-1] if lat else 0,
             "client_lag_p99_ms": pct(lag, 99), "client_cpu": self.client_cpu / self.elapsed if self.elapsed else 0.0,
+            "connections": self.peak_connections,
         }
 
 
@@ -85,55 +90,105 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
     return status, await reader.readexactly(length)
 
 
+class _Pool:
+    """Keep-alive connections the way Go's http.Transport (the API server's client) keeps them: an idle
+    connection is reused, most recently used first; when none is idle a new one is dialled, up to
+    ``limit``; beyond that, requests wait for the first connection to come free."""
+
+    def __init__(self, host: str, port: int, context: ssl.SSLContext, limit: int) -> None:
+        self.host, self.port, self.context, self.limit = host, port, context, limit
+        self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        self.waiters: collections.deque[asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = \
+            collections.deque()
+        self.opened = 0
+        self.peak = 0
+
+    async def dial(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        self.opened += 1
+        self.peak = max(self.peak, self.opened)
+        try:
+            return await asyncio.open_connection(self.host, self.port, ssl=self.context,
+                                                 server_hostname=SERVICE_HOST)
+        except BaseException:
+            self.opened -= 1
+            raise
+
+    async def acquire(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.idle:
+            return self.idle.pop()
+        if self.opened < self.limit:
+            return await self.dial()
+        waiter = asyncio.get_running_loop().create_future()
+        self.waiters.append(waiter)
+        return await waiter
+
+    def release(self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return
+        self.idle.append(conn)
+
+    def discard(self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
+        conn[1].close()
+        self.opened -= 1
+
+    def close(self) -> None:
+        for _, writer in self.idle:
+            writer.close()
+        self.idle.clear()
+
+
 async def run(url: str, rate: float, seconds: float, *, connections: int, context: ssl.SSLContext,
-              bodies: tuple[reviews.Body, ...], check_verdicts: bool = True, timeout: float = 5.0) -> Result:
+              bodies: tuple[reviews.Body, ...], check_verdicts: bool = True, timeout: float = 5.0,
+              warm: int = 2, on_done: Callable[[], None] | None = None) -> Result:
     """Send rate*seconds requests, request k due at t0 + k/rate, cycling through ``bodies``.
 
-    With ``check_verdicts`` every 200 answer must carry the body's expected verdict (off for the no-op
-    server, which allows everything).
+    Connections come from a pool of at most ``connections`` (``warm`` of them dialled before the clock
+    starts, the rest on demand, as an API server that has been running a while would have them). With
+    ``check_verdicts`` every 200 answer must carry the body's expected verdict (off for the no-op server,
+    which allows everything). ``on_done`` runs after the last answer, while the connections are still
+    open (the benchmark counts connections per server worker there).
     """
     parts = urlsplit(url)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 443
+    pool = _Pool(parts.hostname or "127.0.0.1", parts.port or 443, context, connections)
     payloads = [(_request_bytes(b, SERVICE_HOST), b.allowed) for b in bodies]
     result = Result(rate, seconds)
-    queue: asyncio.Queue[tuple[int, float] | None] = asyncio.Queue()
     clock = time.perf_counter
 
-    async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        return await asyncio.open_connection(host, port, ssl=context, server_hostname=SERVICE_HOST)
+    async def one(k: int, due: float) -> None:
+        payload, expect = payloads[k % len(payloads)]
+        status, data = 0, b""
+        for attempt in (1, 2):
+            try:
+                conn = await pool.acquire()
+            except (OSError, ssl.SSLError):
+                break
+            if attempt == 1:
+                result.lags.append((clock() - due) * 1000)
+            try:
+                conn[1].write(payload)
+                status, data = await asyncio.wait_for(_read_response(conn[0]), timeout)
+                pool.release(conn)
+                break
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ssl.SSLError):
+                pool.discard(conn)  # a closed keep-alive connection: retry once on another, as Go does
+        if status == 0:
+            result.errors += 1
+            return
+        result.latencies.append((clock() - due) * 1000)
+        if status != 200:
+            result.errors += 1
+        elif check_verdicts and (b'"allowed":true' in data or b'"allowed": true' in data) != expect:
+            result.wrong += 1
+        else:
+            result.ok += 1
 
-    async def worker() -> None:
-        conn = await connect()
-        while (item := await queue.get()) is not None:
-            k, due = item
-            payload, expect = payloads[k % len(payloads)]
-            result.lags.append((clock() - due) * 1000)
-            for attempt in (1, 2):
-                try:
-                    reader, writer = conn
-                    writer.write(payload)
-                    status, data = await asyncio.wait_for(_read_response(reader), timeout)
-                    break
-                except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ssl.SSLError):
-                    conn[1].close()
-                    if attempt == 2:
-                        result.errors += 1
-                        status = 0
-                        break
-                    conn = await connect()
-            if status == 0:
-                continue
-            result.latencies.append((clock() - due) * 1000)
-            if status != 200:
-                result.errors += 1
-            elif check_verdicts and (b'"allowed":true' in data or b'"allowed": true' in data) != expect:
-                result.wrong += 1
-            else:
-                result.ok += 1
-        conn[1].close()
-
-    workers = [asyncio.create_task(worker()) for _ in range(connections)]
-    await asyncio.sleep(0.2)  # let every connection finish its handshake before the clock starts
+    warmed = [await pool.dial() for _ in range(min(warm, connections))]
+    for conn in warmed:
+        pool.release(conn)
+    tasks = []
     cpu0, t0 = time.process_time(), clock()
     total = int(rate * seconds)
     interval = 1.0 / rate
@@ -142,13 +197,15 @@ async def run(url: str, rate: float, seconds: float, *, connections: int, contex
         delay = due - clock()
         if delay > 0:
             await asyncio.sleep(delay)
-        queue.put_nowait((k, due))
+        tasks.append(asyncio.create_task(one(k, due)))
         result.sent += 1
-    for _ in workers:
-        queue.put_nowait(None)
-    await asyncio.gather(*workers)
+    await asyncio.gather(*tasks)
     result.elapsed = clock() - t0
     result.client_cpu = time.process_time() - cpu0
+    result.peak_connections = pool.peak
+    if on_done is not None:
+        on_done()
+    pool.close()
     return result
 
 
@@ -164,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ca", required=True, type=Path, help="CA certificate that signed the server's")
     parser.add_argument("--rate", type=float, required=True, help="requests per second")
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--connections", type=int, default=32, help="most connections the pool opens")
     parser.add_argument("--no-verdicts", action="store_true", help="accept any verdict (the no-op server)")
     args = parser.parse_args(argv)
     if os.environ.get("PYTHONASYNCIODEBUG"):

@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 import yaml
-from yaml.nodes import ScalarNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from yaml.representer import SafeRepresenter
 from yaml.resolver import Resolver
 
@@ -18,6 +18,8 @@ except ImportError:  # pragma: no cover - PyYAML built without libyaml
     CEmitter = None
 
 STR_TAG = "tag:yaml.org,2002:str"
+MAP_TAG = "tag:yaml.org,2002:map"
+SEQ_TAG = "tag:yaml.org,2002:seq"
 
 # Strings that some YAML reader would not read back as strings, beyond what PyYAML's own YAML 1.1
 # resolver already catches ("on", "true", "0777", "1.30", "~").  go-yaml v2 (kubectl, Argo CD, Flux)
@@ -79,15 +81,12 @@ _DUMP_OPTIONS: dict[str, Any] = {
 
 def dump_yaml(data: Any) -> bytes:
     """One YAML document as UTF-8 bytes: sorted keys, no line wrapping, LF, exactly one final newline."""
-    text = None
     if _LibyamlDumper is not None and isinstance(data, dict | list):
         try:
-            text = yaml.dump(data, Dumper=_LibyamlDumper, **_DUMP_OPTIONS)
+            return yaml.dump(data, Dumper=_LibyamlDumper, **_DUMP_OPTIONS).encode("utf-8")
         except _NotPlain:
-            pass
-    if text is None:
-        text = yaml.dump(data, Dumper=Dumper, **_DUMP_OPTIONS)
-    return text.encode("utf-8")  # yaml.dump ends every document with exactly one line break
+            pass  # a string outside the agreed class: the reference emitter writes this document
+    return yaml.dump(data, Dumper=Dumper, **_DUMP_OPTIONS).encode("utf-8")  # ends with exactly one line break
 
 
 # --- the fast path -------------------------------------------------------------------------------------
@@ -143,6 +142,22 @@ if CEmitter is not None:
             Resolver.__init__(self)
 
         ignore_aliases = Dumper.ignore_aliases
+
+        def represent_data(self, data: Any) -> Node:
+            # SafeRepresenter's own steps for the three types manifests are made of, without its per-node
+            # alias bookkeeping and type dispatch: a mapping sorted by key and a list, both in block style
+            # (default_flow_style=False), and a string through represent_str. Anything else, as before.
+            kind = type(data)
+            if kind is str:
+                return self.represent_str(data)
+            if kind is dict:
+                if not all(_is_plain_key(key) for key in data):
+                    raise _NotPlain
+                pairs = [(self.represent_str(key), self.represent_data(value)) for key, value in sorted(data.items())]
+                return MappingNode(MAP_TAG, pairs, flow_style=False)
+            if kind is list:
+                return SequenceNode(SEQ_TAG, [self.represent_data(item) for item in data], flow_style=False)
+            return super().represent_data(data)  # type: ignore[no-any-return]
 
         def represent_str(self, data: str) -> ScalarNode:
             if not _is_plain_string(data):

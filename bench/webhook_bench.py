@@ -1,0 +1,352 @@
+"""Webhook benchmark: the real server stack against a no-op floor on the same stack, over TLS with keep-alive.
+
+    apt-get install -y wrk                                # saturation load (Debian 12 has no wrk2)
+    .venv/bin/python bench/webhook_bench.py               # full run: about 2 minutes
+    .venv/bin/python bench/webhook_bench.py --quick       # a few seconds (the smoke test)
+    .venv/bin/python bench/webhook_bench.py --workers 2 --threads 1   # another worker model, same for both
+
+What runs, on 127.0.0.1 only, in one go:
+  real  `gpupolicy webhook serve` exactly as shipped: gunicorn gthread (GPUPOLICY_WORKERS x _THREADS,
+        default 2 x 4), TLS through webhook/tls.py, the compiled mixed-fleet admission policy, Prometheus
+        multiprocess metrics, one log line per review (to a file here, to the container log in a pod).
+  noop  bench/noop_app.py: the same WebhookServer class, gunicorn options and TLS reloader, serving a WSGI
+        app that parses the JSON body and allows it. The floor our stack can reach.
+Load, the same for both, interleaved so both see the same machine:
+  fixed rates (100, 500, 1000 req/s): bench/pace.py, open loop, latency from each request's due time
+        (wrk cannot pace; `hey -q` and `h2load --rps` start the clock at send time), keep-alive
+        connections pooled as the API server's Go client pools them (reused, dialled on demand);
+  saturation: wrk -t1 -c16 with bench/post.lua (keep-alive, closed loop): the most either server answers.
+Bodies: bench/reviews.py (a GPU Pod, a Deployment, a CronJob, a denied Pod; 5-15 KB, managedFields and all).
+Reported per run: achieved req/s, p50/p99/p99.9 latency, server CPU per request (all workers, from /proc:
+robust when the machine is noisy), how the connections spread over the workers, and real/noop ratios.
+Everything is bounded (--seconds per point) and the servers are stopped at the end, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http.client
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+sys.path.insert(1, str(ROOT))
+
+import pace  # noqa: E402
+import reviews  # noqa: E402
+
+PYTHON = sys.executable
+GPUPOLICY = str(Path(PYTHON).parent / "gpupolicy")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Server:
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    points: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def workers(self) -> list[int]:
+        return [int(p) for p in _children(self.process.pid)]
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of every worker (the master only supervises)."""
+        total = 0
+        for pid in self.workers():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+        return total / CLOCK_TICKS
+
+    def connections_per_worker(self) -> list[int]:
+        """Established connections to our port held by each worker (from /proc, no ss needed)."""
+        inodes = _established_inodes(self.port)
+        counts = []
+        for pid in self.workers():
+            n = 0
+            try:
+                for fd in Path(f"/proc/{pid}/fd").iterdir():
+                    target = os.readlink(fd)
+                    if target.startswith("socket:[") and int(target[8:-1]) in inodes:
+                        n += 1
+            except OSError:
+                pass
+            counts.append(n)
+        return sorted(counts, reverse=True)
+
+
+def _children(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return []
+
+
+def _established_inodes(port: int) -> set[int]:
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            local, state, inode = parts[1], parts[3], int(parts[9])
+            if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+                found.add(inode)
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- setup ------------------------------------------------------------------------------------------------
+
+
+def write_policy(directory: Path, example: str) -> Path:
+    from policy.load import load_policy_or_raise
+    from policy.offers import build_admission_policy
+
+    spec = ROOT / "examples" / "clusters" / example / "cluster.yaml"
+    policy = build_admission_policy(load_policy_or_raise(spec.read_text(), filename=str(spec)))
+    path = directory / "admission-policy.json"
+    path.write_text(policy.to_json())
+    return path
+
+
+def write_bodies(directory: Path) -> Path:
+    """The bodies as files plus index.txt (path, file), for bench/post.lua."""
+    directory.mkdir()
+    lines = []
+    for body in reviews.bodies():
+        (directory / f"{body.name}.json").write_bytes(body.data)
+        lines.append(f"{body.path} {body.name}.json")
+    (directory / "index.txt").write_text("\n".join(lines) + "\n")
+    return directory
+
+
+def start(name: str, command: list[str], port: int, work: Path, env: dict[str, str]) -> Server:
+    log = work / f"{name}.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=work,
+                                   start_new_session=True)
+    return Server(name, process, port, log)
+
+
+def wait_ready(server: Server, context: ssl.SSLContext, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if server.process.poll() is not None:
+            raise SystemExit(f"{server.name} server exited:\n{server.log.read_text()[-3000:]}")
+        try:
+            conn = http.client.HTTPSConnection("127.0.0.1", server.port, context=context, timeout=2)
+            conn.request("GET", "/readyz")
+            if conn.getresponse().status == 200 and len(server.workers()) > 0:
+                conn.close()
+                return
+        except (OSError, ssl.SSLError, http.client.HTTPException):
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{server.name} server not ready after {timeout:.0f}s:\n{server.log.read_text()[-3000:]}")
+        time.sleep(0.1)
+
+
+def stop(server: Server) -> None:
+    if server.process.poll() is None:
+        os.killpg(server.process.pid, signal.SIGTERM)
+        try:
+            server.process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.process.pid, signal.SIGKILL)
+            server.process.wait()
+
+
+@contextmanager
+def servers(work: Path, args: argparse.Namespace) -> Iterator[tuple[Server, Server]]:
+    certs = work / "certs"
+    subprocess.run([GPUPOLICY, "webhook", "certs", "--out", str(certs)], check=True, capture_output=True)
+    policy = write_policy(work, args.policy)
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    env["GPUPOLICY_DRAIN_SECONDS"] = "0"  # stop at once when done; serving is unaffected
+    model = []
+    if args.workers:
+        model += ["--workers", str(args.workers)]
+    if args.threads:
+        model += ["--threads", str(args.threads)]
+    real_port, noop_port = free_port(), free_port()
+    real = start("real", [GPUPOLICY, "webhook", "serve", "--policy", str(policy), "--cert-dir", str(certs),
+                          "--bind", "127.0.0.1", "--port", str(real_port), *model], real_port, work, env)
+    noop = start("noop", [PYTHON, str(BENCH / "noop_app.py"), "--cert-dir", str(certs), "--bind", "127.0.0.1",
+                          "--port", str(noop_port), *model], noop_port, work, env)
+    try:
+        context = pace.client_context(certs / "ca.crt")
+        context.check_hostname = False  # readiness only: dialled by IP
+        for server in (real, noop):
+            wait_ready(server, context)
+        yield real, noop
+    finally:
+        for server in (real, noop):
+            stop(server)
+
+
+# --- load -------------------------------------------------------------------------------------------------
+
+
+def fixed_rate(server: Server, rate: float, seconds: float, *, connections: int, ca: Path) -> dict[str, Any]:
+    spread: list[int] = []
+    cpu0 = server.cpu_seconds()
+    result = asyncio.run(pace.run(server.url, rate, seconds, connections=connections,
+                                  context=pace.client_context(ca), bodies=reviews.bodies(),
+                                  check_verdicts=server.name == "real",
+                                  on_done=lambda: spread.extend(server.connections_per_worker())))
+    cpu = server.cpu_seconds() - cpu0
+    point = {"load": f"{rate:g} req/s", **result.summary(), "conns_per_worker": spread,
+             "cpu_us_per_req": cpu / max(result.ok, 1) * 1e6, "server_cpu_cores": cpu / result.elapsed}
+    server.points.append(point)
+    return point
+
+
+def saturation(server: Server, seconds: float, *, connections: int, bodies: Path) -> dict[str, Any] | None:
+    if shutil.which("wrk") is None:
+        return None
+    cpu0 = server.cpu_seconds()
+    command = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "5s",
+               "-s", str(BENCH / "post.lua"), server.url, "--", str(bodies)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    time.sleep(min(1.0, seconds / 2))
+    spread = server.connections_per_worker()
+    out, _ = proc.communicate(timeout=seconds + 60)
+    cpu = server.cpu_seconds() - cpu0
+    line = next((x for x in out.splitlines() if x.startswith("{")), None)
+    if proc.returncode != 0 or line is None:
+        raise SystemExit(f"wrk failed ({proc.returncode}):\n{out}")
+    data = json.loads(line)
+    point = {"load": "saturation (wrk)", "target_rps": None, "achieved_rps": data["rps"], "requests": data["requests"],
+             "errors": data["non2xx"] + data["socket_errors"], "p50_ms": data["p50_ms"], "p99_ms": data["p99_ms"],
+             "p999_ms": data["p999_ms"], "max_ms": data["max_ms"], "client_lag_p99_ms": None, "client_cpu": None,
+             "conns_per_worker": spread, "cpu_us_per_req": cpu / max(data["requests"], 1) * 1e6,
+             "server_cpu_cores": cpu / data["seconds"]}
+    server.points.append(point)
+    return point
+
+
+# --- report -----------------------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    with contextlib.suppress(OSError, StopIteration):
+        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                   if line.startswith("model name"))
+    load = os.getloadavg()[0]
+    return (f"{os.cpu_count()} CPUs ({cpu}), Linux {platform.release()}, Python {platform.python_version()}, "
+            f"load average {load:.2f} at start")
+
+
+def render(real: Server, noop: Server, meta: dict[str, Any]) -> str:
+    lines = [f"# webhook_bench {meta['date']}", "", f"- machine: {meta['machine']}",
+             f"- server: gunicorn gthread {meta['model']}, TLS (webhook/tls.py), policy {meta['policy']}",
+             f"- load: keep-alive, wrk -c{meta['connections']}, pacer pool up to {meta['connections']} connections;"
+             f" {meta['seconds']:g} s per point", "",
+             "| load | server | req/s | p50 ms | p99 ms | p99.9 ms | CPU µs/req | conns/worker | errors |",
+             "|---|---|---:|---:|---:|---:|---:|---|---:|"]
+    for r, n in zip(real.points, noop.points, strict=True):
+        for p, name in ((r, "real"), (n, "noop")):
+            spread = "/".join(map(str, p["conns_per_worker"]))
+            lines.append(f"| {p['load']} | {name} | {p['achieved_rps']:,.0f} | {p['p50_ms']:.2f} | {p['p99_ms']:.2f} | "
+                         f"{p['p999_ms']:.2f} | {p['cpu_us_per_req']:,.0f} | {spread} | {p['errors']} |")
+    lines += ["", "| load | throughput real/noop | CPU per request noop/real | p99 real − noop (ms) |",
+              "|---|---:|---:|---:|"]
+    for r, n in zip(real.points, noop.points, strict=True):
+        lines.append(f"| {r['load']} | {r['achieved_rps'] / n['achieved_rps']:.0%} | "
+                     f"{n['cpu_us_per_req'] / r['cpu_us_per_req']:.0%} | {r['p99_ms'] - n['p99_ms']:+.2f} |")
+    lag = [p["client_lag_p99_ms"] for s in (real, noop) for p in s.points if p["client_lag_p99_ms"] is not None]
+    cpu = [p["client_cpu"] for s in (real, noop) for p in s.points if p["client_cpu"] is not None]
+    if lag:
+        lines += ["", f"Pacer self-check: client lag p99 ≤ {max(lag):.2f} ms, client CPU ≤ {max(cpu):.0%} of a core."]
+        if max(lag) > 5.0:  # on an idle machine the pacer stays within ~2 ms of schedule at 1,000 req/s
+            lines += ["", f"WARNING: the load generator fell up to {max(lag):.0f} ms behind schedule, so something "
+                          "else was using the CPUs: latencies are not representative; CPU per request still is."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="one short point per load (the smoke test)")
+    parser.add_argument("--seconds", type=float, default=10.0, help="duration of each load point (default 10)")
+    parser.add_argument("--rates", default="100,500,1000", help="fixed rates in req/s (default 100,500,1000)")
+    parser.add_argument("--connections", type=int, default=16,
+                        help="wrk's connections, and the most the pacer's pool opens (default 16)")
+    parser.add_argument("--workers", type=int, help="gunicorn workers for both servers (default: as shipped)")
+    parser.add_argument("--threads", type=int, help="threads per worker for both servers (default: as shipped)")
+    parser.add_argument("--policy", default="mixed-fleet", help="example whose policy the real server loads")
+    parser.add_argument("--no-wrk", action="store_true", help="skip the saturation runs")
+    parser.add_argument("--json", type=Path, help="also write every point as JSON here")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so the servers are stopped too
+    if args.quick:
+        args.seconds, args.rates, args.connections = 1.0, "100", 4
+    rates = [float(r) for r in args.rates.split(",") if r]
+    use_wrk = not args.no_wrk and shutil.which("wrk") is not None
+    if not use_wrk and not args.no_wrk:
+        print("wrk is not installed (apt-get install -y wrk): skipping the saturation runs", file=sys.stderr)
+    from webhook.settings import Settings
+
+    shipped = Settings()
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(), "load": os.getloadavg()[0],
+            "policy": args.policy,
+            "model": f"{args.workers or shipped.workers} workers x {args.threads or shipped.threads} threads",
+            "connections": args.connections, "seconds": args.seconds}
+    with tempfile.TemporaryDirectory(prefix="gpupolicy-bench-") as tmp:
+        work = Path(tmp)
+        bodies = write_bodies(work / "bodies")
+        with servers(work, args) as (real, noop):
+            ca = work / "certs" / "ca.crt"
+            for rate in rates:
+                for server in (real, noop):
+                    fixed_rate(server, rate, args.seconds, connections=args.connections, ca=ca)
+            if use_wrk:
+                for server in (real, noop):
+                    saturation(server, args.seconds, connections=args.connections, bodies=bodies)
+        sys.stdout.write(render(real, noop, meta))
+        if args.json:
+            args.json.write_text(json.dumps({"meta": meta, "real": real.points, "noop": noop.points}, indent=2))
+        failed = [p for s in (real, noop) for p in s.points if p["errors"]]
+        if failed:
+            print(f"errors in {len(failed)} point(s); server logs were in {work}", file=sys.stderr)
+            print((work / "real.log").read_text()[-3000:], file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
