@@ -310,28 +310,7 @@ def build_admission_policy(policy: ClusterGPUPolicy) -> AdmissionPolicy:
 
 
 def _class_doc(resolved: ClassOffers) -> ClassDoc:
-    return ClassDoc(
-        name=resolved.name,
-        node_selector=resolved.node_selector,
-        node_labels=resolved.node_labels,
-        product=resolved.product,
-        gpu_count=resolved.gpu_count,
-        mode=resolved.mode,
-        mig_strategy=resolved.mig_strategy,
-        feature_discovery=resolved.feature_discovery,
-        offers=tuple(
-            OfferDoc(
-                resource=o.resource,
-                per_node=o.per_node,
-                devices_per_node=o.devices_per_node,
-                replicas=o.replicas,
-                memory_mib=o.memory_mib,
-                shared=o.shared,
-                modes=o.modes,
-                isolation=o.isolation,
-                mig_profile=o.mig_profile,
-                fail_requests_greater_than_one=o.fail_requests_greater_than_one,
-            )
-            for o in resolved.offers
-        ),
-    )
+    # The documents carry the resolved values field for field (properties such as per_node included).
+    offer_docs = tuple(OfferDoc(**{name: getattr(o, name) for name in OfferDoc.model_fields}) for o in resolved.offers)
+    fields = {name: getattr(resolved, name) for name in ClassDoc.model_fields if name != "offers"}
+    return ClassDoc(**fields, offers=offer_docs)

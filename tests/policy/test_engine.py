@@ -12,6 +12,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pod_controllers import CONTROLLERS
 
 from policy.diagnostics import Diagnostic
 from policy.engine import Decision, Engine
@@ -79,16 +80,6 @@ def test_the_seeds_deployment_with_one_gpu_per_replica_is_allowed() -> None:
     assert engine_for("tke-l20-t4").evaluate(deployment({GPU: "1"})) == Decision(True, (), "Deployment nlp-inference")
 
 
-CONTROLLERS = [
-    ("Pod", "v1", ("spec",)),
-    ("Deployment", "apps/v1", ("spec", "template", "spec")),
-    ("ReplicaSet", "apps/v1", ("spec", "template", "spec")),
-    ("StatefulSet", "apps/v1", ("spec", "template", "spec")),
-    ("DaemonSet", "apps/v1", ("spec", "template", "spec")),
-    ("Job", "batch/v1", ("spec", "template", "spec")),
-    ("ReplicationController", "v1", ("spec", "template", "spec")),
-    ("CronJob", "batch/v1", ("spec", "jobTemplate", "spec", "template", "spec")),
-]
 
 
 def nest(path: tuple[str, ...], spec: dict[str, Any]) -> Any:

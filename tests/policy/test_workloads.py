@@ -6,6 +6,7 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+from pod_controllers import CONTROLLERS
 
 from policy import workloads
 from policy.quantity import parse_count, parse_quantity
@@ -73,21 +74,12 @@ def test_quantities_keep_their_exact_fractional_value() -> None:
 
 # ---- finding the pod spec ---------------------------------------------------------------------------------------
 
-CONTROLLERS = [
-    ("Pod", "v1", ("spec",)),
-    ("Deployment", "apps/v1", ("spec", "template", "spec")),
-    ("ReplicaSet", "apps/v1", ("spec", "template", "spec")),
-    ("StatefulSet", "apps/v1", ("spec", "template", "spec")),
-    ("DaemonSet", "apps/v1", ("spec", "template", "spec")),
-    ("Job", "batch/v1", ("spec", "template", "spec")),
-    ("CronJob", "batch/v1", ("spec", "jobTemplate", "spec", "template", "spec")),
-    ("ReplicationController", "v1", ("spec", "template", "spec")),
+CONTROLLERS_AND_TEMPLATES = [*CONTROLLERS,
     ("PodTemplate", "v1", ("template", "spec")),
-    ("Deployment", "extensions/v1beta1", ("spec", "template", "spec")),
 ]
 
 
-@pytest.mark.parametrize(("kind", "api_version", "path"), CONTROLLERS)
+@pytest.mark.parametrize(("kind", "api_version", "path"), CONTROLLERS_AND_TEMPLATES)
 def test_every_pod_controller_kind_yields_its_pod_spec_and_path(kind: str, api_version: str, path: tuple) -> None:
     spec = pod_spec()
     found = find_workload(wrap(kind, api_version, spec))

@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -72,3 +73,14 @@ class Figures:
         destination = os.environ.get("GPUPOLICY_RELIABILITY_FIGURES")
         if destination:
             Path(destination).write_text(json.dumps(self.values, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def paths_in(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """Every path into a JSON-like value, the root included: where a fuzz mutation may strike."""
+    yield prefix
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from paths_in(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from paths_in(value, (*prefix, index))

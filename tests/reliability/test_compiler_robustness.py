@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
-from harness import ROOT, Figures
+from harness import ROOT, Figures, paths_in
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -57,16 +57,6 @@ yaml_scalars = (st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.fl
 yaml_values = st.recursive(yaml_scalars, lambda children: st.lists(children, max_size=3)
                            | st.dictionaries(st.text(max_size=10), children, max_size=3), max_leaves=8)
 EXAMPLE_DATA = [yaml.safe_load(path.read_text()) for path in EXAMPLES]
-
-
-def paths_in(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield prefix
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from paths_in(value, (*prefix, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from paths_in(value, (*prefix, index))
 
 
 @st.composite

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from harness import REQUEST_TIMEOUT_SECONDS, Figures, helpers, https, soak
+from harness import REQUEST_TIMEOUT_SECONDS, Figures, helpers, https, paths_in, soak
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -88,16 +88,6 @@ def base_reviews() -> list[dict[str, Any]]:
 
 
 BASES = base_reviews()
-
-
-def paths_in(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield prefix
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from paths_in(value, (*prefix, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from paths_in(value, (*prefix, index))
 
 
 @st.composite
