@@ -67,8 +67,9 @@ NAME_LABEL = "app.kubernetes.io/name"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 RUN_AS = 65532  # the distroless "nonroot" user and group
 
-SYNC_WAVE = "argocd.argoproj.io/sync-wave"
-WAVE_SUPPORT, WAVE_DEPLOYMENT, WAVE_REGISTRATION = "0", "1", "2"
+SYNC_WAVE = objects.SYNC_WAVE
+WAVE_SUPPORT, WAVE_DEPLOYMENT = objects.SYNC_WAVE_WORKLOAD, objects.SYNC_WAVE_WEBHOOK
+WAVE_REGISTRATION = objects.SYNC_WAVE_REGISTRATION
 CA_ISSUER, SELF_SIGNED_ISSUER, CA_CERTIFICATE = "gpupolicy-ca", "gpupolicy-selfsigned", "gpupolicy-webhook-ca"
 SERVING_CERTIFICATE = "gpupolicy-webhook-tls"
 

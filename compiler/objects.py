@@ -13,11 +13,19 @@ MANAGED_BY = "gpupolicy"
 PART_OF = "gpupolicy"
 Obj = dict[str, Any]
 
+# Argo CD applies lower waves first and waits for them to be healthy (ecosystem.md §1.5): config before
+# the workloads that mount it, then the webhook's Deployment, and its registration only after its pods.
+SYNC_WAVE = "argocd.argoproj.io/sync-wave"
+SYNC_WAVE_CONFIG = "-1"
+SYNC_WAVE_WORKLOAD = "0"
+SYNC_WAVE_WEBHOOK = "1"
+SYNC_WAVE_REGISTRATION = "2"
+
 # Generated, content-named ConfigMaps: the old name must outlive the rollout that stops using it,
 # so GitOps tools must not prune it mid-rollout (Argo CD sync-options, Flux prune annotations).
 HASHED_CONFIGMAP_ANNOTATIONS = {
     "argocd.argoproj.io/sync-options": "Prune=false",
-    "argocd.argoproj.io/sync-wave": "-1",
+    SYNC_WAVE: SYNC_WAVE_CONFIG,
     "kustomize.toolkit.fluxcd.io/prune": "disabled",
 }
 
@@ -85,12 +93,6 @@ def config_map(
     }
 
 
-# Argo CD applies lower waves first and waits for them to be healthy (ecosystem.md §1.5): config before
-# the workloads that mount it, and webhook registration after the webhook's pods.
-SYNC_WAVE_CONFIG = "-1"
-SYNC_WAVE_WORKLOAD = "0"
-SYNC_WAVE_REGISTRATION = "1"
-SYNC_WAVE = "argocd.argoproj.io/sync-wave"
 
 NODE_CLASS_LABEL = "gpupolicy.dev/node-class"
 KUSTOMIZE_API_VERSION = "kustomize.config.k8s.io/v1beta1"

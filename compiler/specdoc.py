@@ -151,57 +151,6 @@ RULE_HELP: dict[str, str] = {
                              "a mixed class, nvidia.com/mig-<profile> on a single one).",
 }
 
-# Descriptions for fields whose model has no docstring yet (the model's description always wins).
-_FALLBACK: dict[str, str] = {
-    "ClusterGPUPolicy.apiVersion": "Always gpupolicy.dev/v1alpha1.",
-    "ClusterGPUPolicy.kind": "Always ClusterGPUPolicy.",
-    "ClusterGPUPolicy.metadata": "The cluster's name and labels.",
-    "ClusterGPUPolicy.spec": "Node classes, tenants, device plugin and admission settings.",
-    "Admission.enabled": "Emit and run the admission webhook.",
-    "Admission.failurePolicy": "What the API server does when the webhook cannot answer: Fail refuses the GPU "
-                               "workload, Ignore admits it unchecked.",
-    "Admission.timeoutSeconds": "Seconds the API server waits for the webhook.",
-    "Admission.replicas": "Webhook replicas (with a PodDisruptionBudget and spread across nodes).",
-    "Admission.image": "Webhook container image.",
-    "Admission.certificates": "Where the webhook's serving certificate comes from.",
-    "Certificates.secretName": "The kubernetes.io/tls Secret the webhook mounts (cert-manager writes it, or "
-                               "you do).",
-    "DevicePlugin.priorityClassName": "Priority class of the device-plugin pods.",
-    "DevicePlugin.tolerations": "Tolerations of the device-plugin pods.",
-    "DevicePlugin.flags": "Device-plugin flags written into every class's config file.",
-    "DevicePlugin.operator": "Where the GPU Operator lives (deploy: gpu-operator only).",
-    "PluginFlags.deviceListStrategy": "How the plugin passes devices to containers.",
-    "PluginFlags.deviceIdStrategy": "How devices are identified to containers.",
-    "PluginFlags.nvidiaDriverRoot": "Root of the driver installation on the host.",
-    "OperatorSettings.clusterPolicyName": "Name of the GPU Operator's ClusterPolicy.",
-    "NodeClass.gpu": "The GPUs of every node in the class.",
-    "NodeClass.sharing": "How the class's GPUs are shared.",
-    "Sharing.timeSlicing": "Time-slicing: several pods take turns on each GPU; no memory or fault isolation.",
-    "Sharing.mps": "MPS: several processes run on each GPU at once, each with a memory limit; no fault isolation.",
-    "Sharing.mig": "MIG: each GPU is cut into hardware-isolated instances (Ampere, Hopper, Blackwell).",
-    "MigGroup.layout": "Profile counts per GPU of this group.",
-    "NodeClass.description": "Free text, shown in the report.",
-    "TimeSlicing.replicas": "Time-sliced replicas per GPU (2 or more); or give sizing.",
-    "TimeSlicing.sizing": "Derive replicas from the memory one replica needs.",
-    "Mps.replicas": "MPS clients per GPU (2 or more); or give sizing.",
-    "Mps.sizing": "Derive replicas from the memory one client needs.",
-    "Mig.failRequestsGreaterThanOne": "With mig.timeSlicing: reject a container that asks for more than one "
-                                      "replica.",
-    "Spec.nodeClasses": "Every kind of GPU node, each selected by labels it already has; selectors must be "
-                        "disjoint.",
-    "Spec.tenants": "Who may use which sharing modes.",
-    "Spec.devicePlugin": "How the NVIDIA device plugin is deployed.",
-    "Spec.admission": "The admission webhook.",
-    "LabelSelector.matchLabels": "Labels a namespace must carry.",
-    "LabelSelector.matchExpressions": "Label requirements, all of which must hold.",
-    "LabelSelectorRequirement.key": "Label key.",
-    "LabelSelectorRequirement.operator": "How the key's value is compared.",
-    "LabelSelectorRequirement.values": "Values for In and NotIn.",
-    "Toleration.key": "Taint key (empty with Exists tolerates every taint).",
-    "Toleration.operator": "Exists or Equal.",
-    "Toleration.value": "Taint value for Equal.",
-    "Toleration.effect": "Taint effect (empty tolerates all).",
-}
 
 
 # Defaults whose JSON form says less than their meaning.
@@ -336,14 +285,10 @@ def _describe_union(node: Schema) -> str:
 def _description(owner: str, field: str, prop: Schema, defs: Mapping[str, Schema]) -> str:
     text = (prop.get("description") or "").strip()
     if not text:
-        text = _FALLBACK.get(f"{owner}.{field}", "")
-    if not text:
         for ref, _ in _refs(prop):
             text = (_object_branch(defs[ref]).get("description") or defs[ref].get("description") or "").strip()
             if text:
                 break
-    if not text and owner in {"Mps", "TimeSlicing"}:
-        text = _FALLBACK.get(f"TimeSlicing.{field}", "")
     return text
 
 

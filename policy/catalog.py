@@ -316,7 +316,10 @@ def models() -> tuple[GpuModel, ...]:
 
 @functools.cache
 def _index() -> dict[str, GpuModel]:
-    return {name.lower(): m for m in models() for name in (m.product, *m.aliases)}
+    # Products also without their NVIDIA- prefix, which drivers before R470 left out (gpu-memory.md).
+    index = {name.lower().removeprefix("nvidia-"): m for m in models() for name in (m.product, *m.aliases)}
+    index.update({name.lower(): m for m in models() for name in (m.product, *m.aliases)})
+    return index
 
 
 def lookup(name: str) -> GpuModel | None:
@@ -349,7 +352,7 @@ def suggest(name: str, limit: int = 3) -> tuple[str, ...]:
             return max(difflib.SequenceMatcher(None, name.lower(), n.lower()).ratio()
                        for n in (model.product, *model.aliases))
         return tuple(m.product for m in sorted(same, key=lambda m: (-likeness(m), m.product)))
-    spellings = {key: _spelling(key) for key in _index()}
+    spellings = {n.lower(): n for m in models() for n in (m.product, *m.aliases)}
     matches = difflib.get_close_matches(name.lower(), list(spellings), n=limit, cutoff=0.6)
     return tuple(spellings[key] for key in matches)
 
@@ -372,9 +375,3 @@ def _family(product: str) -> str:
 
 def _tokens(model: GpuModel) -> set[str]:
     return {t for n in (model.product, *model.aliases) for t in re.split(r"[-_ .]+", n.lower())}
-
-
-def _spelling(key: str) -> str:
-    model = _index()[key]
-    return next(n for n in (model.product, *model.aliases) if n.lower() == key)
-

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 
 from policy import catalog, mig, selectors
 from policy.diagnostics import Diagnostic, did_you_mean
-from policy.model import ClusterGPUPolicy, NodeClass, PluginFlags, ReplicatedSharing, Tenant, to_snake
+from policy.model import ClusterGPUPolicy, NodeClass, ReplicatedSharing, Tenant
 from policy.offers import replica_sizing, resolve_class
 
 Check = Callable[[ClusterGPUPolicy], Iterator[Diagnostic]]
@@ -422,8 +422,7 @@ def check_operator_settings(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                              "mig.strategy is mixed and the device plugin refuses MPS with it ('using "
                              "--mig-strategy=mixed is not supported with MPS')", _class_path(i, "sharing", "mps"),
                              "use strategy: single in the MIG classes, or time-slicing in this class")
-    changed = sorted(k for k, v in plugin.flags.model_dump(by_alias=True).items()
-                     if v != PluginFlags.model_fields[to_snake(k)].default)
+    changed = sorted(plugin.flags.model_dump(by_alias=True, exclude_defaults=True))
     if changed:
         yield Diagnostic("operator-flags-ignored", f"devicePlugin.flags ({', '.join(changed)}) have no effect under "
                          "the GPU Operator: it sets them as environment variables, which beat the config file",

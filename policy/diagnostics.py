@@ -94,10 +94,6 @@ class Diagnostic:
     severity: Severity = "error"
     span: Span | None = None
 
-    @property
-    def dotted_path(self) -> str:
-        return format_path(self.path)
-
     def at(self, span: Span | None) -> Diagnostic:
         return replace(self, span=span)
 

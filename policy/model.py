@@ -14,7 +14,7 @@ from pydantic import (
     StringConstraints,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 from pydantic_core import PydanticCustomError
 
 from policy import sizing
@@ -305,10 +305,6 @@ class Sharing(Model):
         if self.mig is not None:
             return "mig"
         return "exclusive"
-
-
-def to_snake(camel: str) -> str:
-    return "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
 
 
 class NodeClass(Model):

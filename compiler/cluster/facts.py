@@ -17,7 +17,6 @@ PRESENT = "nvidia.com/gpu.present"
 MIG_CAPABLE = "nvidia.com/mig.capable"
 MIG_STRATEGY = "nvidia.com/mig.strategy"
 MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
-MPS_CAPABLE = "nvidia.com/mps.capable"
 INSTANCE_TYPE = "node.kubernetes.io/instance-type"
 SHARED_SUFFIX = "-SHARED"
 _MIG_SUFFIX = re.compile(r"-MIG-(?P<profile>(?:\d+c\.)?\d+g\.\d+gb(?:[+-][A-Za-z0-9.,]+)?|INVALID)$")
