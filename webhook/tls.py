@@ -191,8 +191,8 @@ class CertificateReloader:
     def context(self) -> ssl.SSLContext:
         """The context for the next handshake; raises ssl.SSLError or OSError only if none ever loaded."""
         digest = self._read_digest()
-        if digest == self._digest and self._context is not None:
-            return self._context
+        if self._context is not None and digest in (self._digest, self._failed_digest):
+            return self._context  # unchanged, or a pair already found bad: no rebuild per handshake
         with self._lock:
             if digest != self._digest or self._context is None:
                 self._reload(digest)
