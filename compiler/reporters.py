@@ -36,14 +36,15 @@ class Report:
         return ExitCode.FINDINGS if errors else ExitCode.OK
 
 
+def format_diagnostic(d: Diagnostic) -> list[str]:
+    """One finding as every text output prints it: ``file:line:col: severity[code]: message``, then the hint."""
+    where = str(d.span) if d.span else "<input>"
+    at = f" (at {format_path(d.path)})" if d.path else ""
+    return [f"{where}: {d.severity}[{d.code}]: {d.message}{at}", *([f"  hint: {d.hint}"] if d.hint else [])]
+
+
 def render_text(report: Report) -> str:
-    lines = []
-    for d in report.diagnostics:
-        where = str(d.span) if d.span else "<input>"
-        at = f" (at {format_path(d.path)})" if d.path else ""
-        lines.append(f"{where}: {d.severity}[{d.code}]: {d.message}{at}")
-        if d.hint:
-            lines.append(f"  hint: {d.hint}")
+    lines = [line for d in report.diagnostics for line in format_diagnostic(d)]
     errors, warnings = report.count("error"), report.count("warning")
     lines.append(f"{report.files} file(s) checked: {errors} error(s), {warnings} warning(s)")
     return "\n".join(lines) + "\n"

@@ -484,18 +484,9 @@ def _example_for(code: str, fixtures: Path) -> tuple[str, str, str]:
 
 
 def _format(diagnostics: Sequence[Any], code: str) -> str:
-    from policy.diagnostics import format_path
+    from compiler.reporters import format_diagnostic
 
-    lines = []
-    for d in diagnostics:
-        if d.code != code:
-            continue
-        where = str(d.span) if d.span else "<input>"
-        at = f" (at {format_path(d.path)})" if d.path else ""
-        lines.append(f"{where}: {d.severity}[{d.code}]: {d.message}{at}")
-        if d.hint:
-            lines.append(f"  hint: {d.hint}")
-    return "\n".join(lines)
+    return "\n".join(line for d in diagnostics if d.code == code for line in format_diagnostic(d))
 
 
 _INLINE_EXAMPLES: dict[str, tuple[str, str]] = {

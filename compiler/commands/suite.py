@@ -192,11 +192,11 @@ def _compare(case: SuiteCase, decision: Decision) -> Iterator[str]:
 
 
 def _render_text(outcome: Outcome, verbose: bool) -> str:
+    from compiler.reporters import format_diagnostic
+
     lines = []
     for d in outcome.problems:
-        lines.append(f"{d.span or '<input>'}: error[{d.code}]: {d.message}")
-        if d.hint:
-            lines.append(f"  hint: {d.hint}")
+        lines.extend(format_diagnostic(d))
     for r in outcome.results:
         lines.append(f"{'PASS' if r.passed else 'FAIL'} {r.suite}:{r.line} {r.name}")
         lines.extend(f"  {failure}" for failure in r.failures)
