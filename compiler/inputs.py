@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from policy.diagnostics import Diagnostic, Span
+
+if TYPE_CHECKING:
+    from policy.model import ClusterGPUPolicy
 
 MAX_INPUT_BYTES = 16 * 1024 * 1024  # a spec or manifest bundle larger than this is a mistake
 
@@ -41,3 +45,17 @@ def read_text(path: str) -> str | Diagnostic:
 
 def _unreadable(span: Span, why: str, hint: str) -> Diagnostic:
     return Diagnostic("unreadable-file", f"{span.file} {why}", (), hint, span=span)
+
+
+def load_spec(path: str) -> tuple[ClusterGPUPolicy | None, tuple[Diagnostic, ...]]:
+    """The checked policy in a spec file (None unless it has no error), and every finding, located.
+
+    Each command decides what the findings mean for it: the spec is the subject of validate, compile and
+    explain, but an input of admit, test and cluster verify."""
+    from policy.load import load_policy
+
+    text = read_text(path)
+    if isinstance(text, Diagnostic):
+        return None, (text,)
+    result = load_policy(text, filename=path)
+    return (result.policy if result.ok else None), result.diagnostics

@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from compiler.cli import ExitCode
 from policy.diagnostics import Diagnostic, format_path
+
+if TYPE_CHECKING:
+    from policy.model import ClusterGPUPolicy
 
 #: Codes meaning the input could not be read as a spec at all: bad input (exit 2), not a finding.
 INPUT_CODES = frozenset({"unreadable-file", "yaml-syntax", "not-a-mapping", "empty-document", "multiple-documents"})
@@ -101,3 +105,18 @@ REPORTER_BY_NAME: dict[str, Callable[[Report], str]] = {
     "json": render_json,
     "github": render_github,
 }
+
+
+def load_or_report(path: str) -> ClusterGPUPolicy | int:
+    """The checked policy in `path`, or the exit code after printing its diagnostics to stderr (as
+    `validate` words them): 2 when it cannot be read or parsed, 1 for any other error.  Warnings are
+    printed too and do not stop the command."""
+    import sys
+
+    from compiler.inputs import load_spec
+
+    policy, found = load_spec(path)
+    report = Report(list(found), files=1)
+    if found:
+        sys.stderr.write(render_text(report))
+    return policy if policy is not None else int(report.exit_code) or 1

@@ -78,22 +78,16 @@ def _parse_namespace_flags(values: list[str]) -> dict[str, dict[str, str]] | str
 
 
 def _load_engine(path: str, report: Report) -> Engine | None:
-    from compiler.inputs import read_text
-    from policy.diagnostics import Diagnostic
+    from compiler.inputs import load_spec
     from policy.engine import Engine
-    from policy.load import load_policy
     from policy.offers import build_admission_policy
 
-    text = read_text(path)
-    if isinstance(text, Diagnostic):
-        report.extend([text])
-        return None
-    result = load_policy(text, filename=path)
-    if not result.ok or result.policy is None:
+    policy, found = load_spec(path)
+    if policy is None:
         report.files += 1
-        report.extend(result.diagnostics)
+        report.extend(found)
         return None
-    return Engine(build_admission_policy(result.policy))
+    return Engine(build_admission_policy(policy))
 
 
 def _read_manifests(paths: list[str], report: Report) -> Iterator[Document]:

@@ -88,6 +88,7 @@ def _load(path: str) -> ClusterGPUPolicy | None:
     from policy.diagnostics import Diagnostic
     from policy.load import load_policy
 
+    # Not load_spec: verify can look past some errors, so it needs the policy even when they are found.
     text = read_text(path)
     if isinstance(text, Diagnostic):
         result, found = None, [text]

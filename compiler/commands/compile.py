@@ -22,8 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from compiler import compile_policy, writer
-    from compiler.commands.explain import load_or_report
-    from compiler.reporters import Report, render_text
+    from compiler.reporters import Report, load_or_report, render_text
     from policy.diagnostics import PolicyError
 
     policy = load_or_report(args.spec)

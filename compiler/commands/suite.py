@@ -113,22 +113,17 @@ def _validate(data: Any, source: SourceMap, outcome: Outcome) -> AdmissionTestSu
 
 
 def _engine(path: str, suite: AdmissionTestSuite, source: SourceMap, outcome: Outcome) -> Engine | None:
-    from compiler.inputs import read_text
-    from policy.diagnostics import Diagnostic
+    from compiler.inputs import load_spec
     from policy.engine import Engine
-    from policy.load import load_policy
     from policy.offers import build_admission_policy
 
-    policy_path = str(FilePath(path).parent / suite.policy)
-    text = read_text(policy_path)
-    if isinstance(text, Diagnostic):
-        outcome.problems.append(text.at(source.span(("policy",))))
+    policy, found = load_spec(str(FilePath(path).parent / suite.policy))
+    if policy is None:
+        # An unreadable file is located at the suite's `policy:` line; spec findings at their own place.
+        outcome.problems.extend(d.at(source.span(("policy",))) if d.code == "unreadable-file" else d
+                                for d in found if d.severity == "error")
         return None
-    result = load_policy(text, filename=policy_path)
-    if not result.ok or result.policy is None:
-        outcome.problems.extend(d for d in result.diagnostics if d.severity == "error")
-        return None
-    return Engine(build_admission_policy(result.policy))
+    return Engine(build_admission_policy(policy))
 
 
 def _run_case(path: str, suite: AdmissionTestSuite, index: int, case: SuiteCase, engine: Engine,
