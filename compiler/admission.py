@@ -49,7 +49,7 @@ from typing import Any
 from compiler import objects
 from compiler.objects import Obj
 from policy import checks, offers, selectors
-from policy.diagnostics import Diagnostic, PolicyError
+from policy.diagnostics import PolicyError
 from policy.model import Admission, ClusterGPUPolicy, Tenant
 
 __all__ = ["MATCH_CONDITIONS", "render_admission"]
@@ -184,10 +184,6 @@ def _meta(policy: ClusterGPUPolicy, name: str, wave: str, **annotations: str) ->
         labels=_labels(policy),
         annotations={SYNC_WAVE: wave, **annotations},
     )
-
-
-def _minor(policy: ClusterGPUPolicy) -> int:
-    return int(policy.spec.kubernetes_version.split(".")[1])
 
 
 # ---------------------------------------------------------------- workload
@@ -338,7 +334,7 @@ def _container(policy: ClusterGPUPolicy) -> Obj:
 def _pre_stop(policy: ClusterGPUPolicy) -> Obj:
     # Keep serving while the endpoint removal reaches kube-proxy and the API server; SIGTERM (drain) comes
     # after. The sleep action needs no binary in the image (KEP-3960, beta and on by default in 1.30).
-    if _minor(policy) >= 30:
+    if policy.spec.kubernetes_minor >= 30:
         return {"sleep": {"seconds": 10}}
     return {"exec": {"command": ["python3", "-c", "import time; time.sleep(10)"]}}
 
@@ -426,18 +422,8 @@ def _exclusion(policy: ClusterGPUPolicy) -> selectors.Requirement:
 
 def _negation(tenant: Tenant, index: int) -> selectors.Requirement:
     negated = selectors.negate(checks.tenant_requirements(tenant))
-    if negated is None:
-        raise PolicyError([
-            Diagnostic(
-                "tenant-selector-too-complex",
-                f"tenant {tenant.name!r} cannot be routed: namespaces no tenant selects go to the default "
-                "webhook entry by negating each tenant's selector, and only a one-requirement selector has "
-                "a negation",
-                ("spec", "tenants", index, "namespaceSelector"),
-                "select the tenant's namespaces by one label (e.g. gpu-tenant: <name>) or one matchExpressions "
-                "entry (key In [a, b])",
-            )
-        ])
+    if negated is None:  # validate refuses such a spec; this guards callers that compile unchecked policies
+        raise PolicyError([checks.tenant_selector_too_complex(tenant, index)])
     return negated
 
 

@@ -324,7 +324,7 @@ def check_plugin_version(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
         yield Diagnostic("operator-image-set", "devicePlugin.image is ignored with deploy: gpu-operator (the "
                          "ClusterPolicy chooses the plugin image)", ("spec", "devicePlugin", "image"),
                          "remove image, or set it in the ClusterPolicy's devicePlugin.version", severity="warning")
-    if (int(policy.spec.kubernetes_version.split(".")[1]) < 28) and policy.spec.admission.enabled:
+    if policy.spec.kubernetes_minor < 28 and policy.spec.admission.enabled:
         yield Diagnostic("version-unsupported-feature", "the webhook registration uses matchConditions, which need "
                          "Kubernetes 1.28 or newer", ("spec", "kubernetesVersion"),
                          "target 1.28 or newer, or set admission.enabled: false")
@@ -360,14 +360,18 @@ def _tenant_selectors_negatable(policy: ClusterGPUPolicy) -> Iterator[Diagnostic
     if not policy.spec.admission.enabled:
         return
     for t, tenant in enumerate(policy.spec.tenants):
-        reqs = tenant_requirements(tenant)
-        if selectors.negate(reqs) is None:
-            yield Diagnostic("tenant-selector-too-complex", f"tenant {tenant.name!r} selects namespaces with "
-                             f"{len(reqs)} requirements; the webhook can only route namespaces that no tenant "
-                             "selects when each tenant selects by one label requirement",
-                             ("spec", "tenants", t, "namespaceSelector"),
-                             "label the tenant's namespaces with one label (e.g. gpu-tenant: <name>) and select "
-                             "by it, or use one matchExpressions entry (key In [a, b])")
+        if selectors.negate(tenant_requirements(tenant)) is None:
+            yield tenant_selector_too_complex(tenant, t)
+
+
+def tenant_selector_too_complex(tenant: Tenant, index: int) -> Diagnostic:
+    """The finding for a tenant whose selector the webhook registration cannot negate (checks and compiler)."""
+    count = len(tenant_requirements(tenant))
+    return Diagnostic("tenant-selector-too-complex", f"tenant {tenant.name!r} selects namespaces with {count} "
+                      "requirements; the webhook can only route namespaces that no tenant selects when each "
+                      "tenant selects by one label requirement", ("spec", "tenants", index, "namespaceSelector"),
+                      "label the tenant's namespaces with one label (e.g. gpu-tenant: <name>) and select by it, "
+                      "or use one matchExpressions entry (key In [a, b])")
 
 
 def _usable_classes(policy: ClusterGPUPolicy, tenant: Tenant) -> list[str]:

@@ -412,6 +412,11 @@ class Spec(Model):
     """The validating webhook that enforces this policy at pod admission."""
 
     @property
+    def kubernetes_minor(self) -> int:
+        """The minor of kubernetesVersion (30 for "1.30")."""
+        return int(self.kubernetes_version.split(".")[1])
+
+    @property
     def operator_mig_strategy(self) -> Literal["none", "single", "mixed"]:
         """The GPU Operator's one cluster-wide mig.strategy: the MIG classes' strategy (mixed if they differ).
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -65,6 +65,15 @@ class ClassOffers:
 
     def offer(self, resource: str) -> Offer | None:
         return next((o for o in self.offers if o.resource == resource), None)
+
+
+def describe_offer(devices_per_node: int, replicas: int, modes: tuple[str, ...], mig_profile: str | None) -> str:
+    """``1 GPU x 8 time-slicing replicas``, ``7 1g.12gb MIG devices``: an offer per node, in words."""
+    plural = "s" if devices_per_node != 1 else ""
+    base = f"{devices_per_node} {mig_profile} MIG device{plural}" if mig_profile else f"{devices_per_node} GPU{plural}"
+    if replicas > 1:
+        base += f" x {replicas} {'MPS' if 'mps' in modes else 'time-slicing'} replicas"
+    return base
 
 
 def gpu_memory_mib(node_class: NodeClass) -> int | None:
@@ -273,12 +282,7 @@ class AdmissionPolicy(_Doc):
         return cls.model_validate_json(text)
 
 
-ALL_RULES: tuple[RuleId, ...] = (
-    "gpu-request-unsatisfiable",
-    "shared-gpu-request-above-one",
-    "tenant-sharing-mode-denied",
-    "mig-strategy-mismatch",
-)
+ALL_RULES: tuple[RuleId, ...] = get_args(RuleId)
 
 
 def build_admission_policy(policy: ClusterGPUPolicy) -> AdmissionPolicy:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from policy.diagnostics import Diagnostic, Path, did_you_mean
 from policy.model import RuleId, RuleMode
-from policy.offers import GPU, ClassDoc, OfferDoc
+from policy.offers import GPU, ClassDoc, OfferDoc, describe_offer
 from policy.workloads import AffinityTerm, GpuRequest, NodeRequirement, Placement
 
 MIG_PREFIX = "nvidia.com/mig-"
@@ -49,12 +49,7 @@ class OfferView:
 
     def explain(self) -> str:
         """``1 GPU x 8 time-slicing replicas per node``."""
-        plural = "s" if self.devices_per_node != 1 else ""
-        base = f"{self.devices_per_node} {self.mig_profile} MIG device{plural}" if self.mig_profile \
-            else f"{self.devices_per_node} GPU{plural}"
-        if self.shared:
-            base += f" x {self.replicas} {'MPS' if 'mps' in self.modes else 'time-slicing'} replicas"
-        return base + " per node"
+        return describe_offer(self.devices_per_node, self.replicas, self.modes, self.mig_profile) + " per node"
 
 
 @dataclass(frozen=True)

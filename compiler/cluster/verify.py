@@ -285,13 +285,7 @@ def _allocatable_hint(resolved: offers.ClassOffers, offer: offers.Offer, have: i
 
 
 def _explain_offer(offer: offers.Offer) -> str:
-    plural = "s" if offer.devices_per_node != 1 else ""
-    base = (f"{offer.devices_per_node} {offer.mig_profile} MIG device{plural}" if offer.mig_profile
-            else f"{offer.devices_per_node} GPU{plural}")
-    if offer.replicas > 1:
-        mode = "MPS" if "mps" in offer.modes else "time-slicing"
-        base += f" x {offer.replicas} {mode} replicas"
-    return base
+    return offers.describe_offer(offer.devices_per_node, offer.replicas, offer.modes, offer.mig_profile)
 
 
 def _unexpected_resources(resolved: offers.ClassOffers, node: Node, at: Mapping[str, str]) -> Iterator[Finding]:
