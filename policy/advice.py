@@ -16,7 +16,7 @@ from typing import Literal
 from policy import catalog
 from policy.diagnostics import Diagnostic, Severity
 from policy.model import ClusterGPUPolicy, NodeClass, ReplicatedSharing, Tenant
-from policy.offers import GPU, gpu_memory_mib, resolve_class
+from policy.offers import GPU, gpu_memory_mib, reachable_offers, resolve_class
 
 __all__ = ["CODES", "MIN_UNSIZED_SHARE_MIB", "AdviceCode", "advise"]
 
@@ -100,13 +100,8 @@ def _shared_name(nc: NodeClass) -> tuple[str, ReplicatedSharing] | None:
 
 def _reachable_offers(policy: ClusterGPUPolicy, tenant: Tenant) -> Iterator[tuple[int, NodeClass, str, str]]:
     """(class index, class, offer's modes, isolation) for every offer the tenant's pods may land on."""
-    allowed = set(tenant.allow)
-    for i, nc in enumerate(policy.spec.node_classes):
-        if tenant.classes and nc.name not in tenant.classes:
-            continue
-        for offer in resolve_class(nc).offers:
-            if set(offer.modes) <= allowed:
-                yield i, nc, "+".join(offer.modes), offer.isolation
+    for i, nc, offer in reachable_offers(policy.spec.node_classes, tenant):
+        yield i, nc, "+".join(offer.modes), offer.isolation
 
 
 def advise_production_tenants(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from policy import catalog, mig, selectors
 from policy.diagnostics import Diagnostic, did_you_mean
 from policy.model import ClusterGPUPolicy, NodeClass, ReplicatedSharing, Tenant
-from policy.offers import replica_sizing, resolve_class
+from policy.offers import reachable_offers, replica_sizing, resolve_class
 
 Check = Callable[[ClusterGPUPolicy], Iterator[Diagnostic]]
 
@@ -376,13 +376,7 @@ def tenant_selector_too_complex(tenant: Tenant, index: int) -> Diagnostic:
 
 def _usable_classes(policy: ClusterGPUPolicy, tenant: Tenant) -> list[str]:
     """Classes the tenant may land on: named by it (if it names any) with an offer of allowed modes only."""
-    allowed = set(tenant.allow)
-    return [
-        nc.name
-        for nc in policy.spec.node_classes
-        if (not tenant.classes or nc.name in tenant.classes)
-        and any(set(o.modes) <= allowed for o in resolve_class(nc).offers)
-    ]
+    return sorted({nc.name for _, nc, _ in reachable_offers(policy.spec.node_classes, tenant)})
 
 
 def _tenant_overlaps(tenants: tuple[Tenant, ...]) -> Iterator[Diagnostic]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from policy import catalog, sizing
-from policy.model import SHARING_MODES, ClusterGPUPolicy, NodeClass, RuleId, RuleMode, SharingMode
+from policy.model import SHARING_MODES, ClusterGPUPolicy, NodeClass, RuleId, RuleMode, SharingMode, Tenant
 
 ADMISSION_POLICY_VERSION = "gpupolicy.dev/admission/v1"
 Isolation = Literal["exclusive", "none", "mps-memory-limit", "mig-hardware"]
@@ -74,6 +75,18 @@ def describe_offer(devices_per_node: int, replicas: int, modes: tuple[str, ...],
     if replicas > 1:
         base += f" x {replicas} {'MPS' if 'mps' in modes else 'time-slicing'} replicas"
     return base
+
+
+def reachable_offers(node_classes: tuple[NodeClass, ...], tenant: Tenant) -> Iterator[tuple[int, NodeClass, Offer]]:
+    """(class index, class, offer) for every offer a tenant's pods may land on: in a class the tenant may use
+    (all, if it names none) and of sharing modes it allows."""
+    allowed = set(tenant.allow)
+    for i, nc in enumerate(node_classes):
+        if tenant.classes and nc.name not in tenant.classes:
+            continue
+        for offer in resolve_class(nc).offers:
+            if set(offer.modes) <= allowed:
+                yield i, nc, offer
 
 
 def gpu_memory_mib(node_class: NodeClass) -> int | None:
