@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -95,5 +96,36 @@ def test_a_foreign_output_directory_exits_2_with_a_clear_message(
     assert (tmp_path / "keep.txt").read_text() == "mine"
 
 
-def test_compile_requires_an_output_directory(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(capsys, "compile", str(TKE))[0] == 2
+def test_without_an_output_directory_the_tree_goes_to_out_beside_the_spec(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = tmp_path / "tke-prod" / "cluster.yaml"
+    spec.parent.mkdir()
+    shutil.copy(TKE, spec)
+    assert run(capsys, "compile", str(spec))[0] == 0
+    assert (spec.parent / "out" / "device-plugin" / "daemonset-l20.yaml").is_file()
+
+
+def test_check_over_several_specs_defaults_each_output_to_out_beside_it(capsys: pytest.CaptureFixture[str]) -> None:
+    specs = sorted(str(p) for p in (Path(__file__).parents[2] / "examples" / "clusters").glob("*/cluster.yaml"))
+    assert main(["compile", "--check", *specs]) == 0
+    err = capsys.readouterr().err
+    assert all(f"{Path(s).parent / 'out'}: up to date" in err for s in specs)
+
+
+def test_one_stale_tree_among_several_fails_the_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    example = Path(__file__).parents[2] / "examples" / "clusters" / "tke-l20-t4"
+    stale = tmp_path / "tke"
+    shutil.copytree(example, stale)
+    (stale / "out" / "REPORT.md").write_text("edited by hand\n")
+    fresh = str(Path(__file__).parents[2] / "examples" / "clusters" / "h20-mig" / "cluster.yaml")
+    assert main(["compile", "--check", fresh, str(stale / "cluster.yaml")]) == 1
+    assert "REPORT.md" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [["-o", "x", "a.yaml", "b.yaml"], ["-"]])
+def test_one_output_for_several_specs_or_stdin_without_an_output_is_a_usage_error(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["compile", *argv]) == 2
+    assert "gpupolicy compile:" in capsys.readouterr().err
