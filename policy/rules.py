@@ -259,12 +259,10 @@ class Facts:
             position = self.classes.index(view)
         return self.conflicts[position]
 
-    def alternatives(self, acceptable: Callable[[ClassView], bool]) -> tuple[ClassView, ...]:
-        """Classes that could run the whole request, that the tenant may use and that pass ``acceptable``."""
-        resources = self.request.resources
-        fitting = self.fitting if self.fitting is not None else \
-            tuple(c for c in self.classes if c.fits(self.request.totals))
-        return tuple(c for c in fitting if self.access.allows(c, resources) and acceptable(c))
+    @functools.cached_property
+    def no_candidate(self) -> tuple[Diagnostic, ...]:
+        """Why no class can run the pod (empty if one can); two rules read it, so it is worked out once."""
+        return _no_candidate(self)
 
     def first_alternative(self, acceptable: Callable[[ClassView], bool]) -> ClassView | None:
         """The first of ``alternatives``, without looking further (hints name one class)."""
@@ -290,12 +288,12 @@ class Rule:
 
 def check_request_unsatisfiable(facts: Facts) -> tuple[Diagnostic, ...]:
     """No class can run the pod: it would stay Pending ("Insufficient nvidia.com/gpu")."""
-    return tuple(d for d in _no_candidate(facts) if d.code == "gpu-request-unsatisfiable")
+    return tuple(d for d in facts.no_candidate if d.code == "gpu-request-unsatisfiable")
 
 
 def check_mig_strategy_mismatch(facts: Facts) -> tuple[Diagnostic, ...]:
     """No class can run the pod because it names MIG devices the way another MIG strategy does."""
-    return tuple(d for d in _no_candidate(facts) if d.code == "mig-strategy-mismatch")
+    return tuple(d for d in facts.no_candidate if d.code == "mig-strategy-mismatch")
 
 
 def _no_candidate(facts: Facts) -> tuple[Diagnostic, ...]:
