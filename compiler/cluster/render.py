@@ -54,7 +54,7 @@ def _grouped(found: Iterable[Finding]) -> list[str]:
             lines.append(f"{indent}{f.severity}[{f.code}]: {f.message}")
             lines += [f"{indent}    {detail}" for detail in f.details]
             if f.hint:
-                lines.append(f"{indent}    fix: {f.hint}")
+                lines.append(f"{indent}    hint: {f.hint}")
     return lines
 
 

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     namespaces = _parse_namespace_flags(args.namespace_labels)
     if isinstance(namespaces, str):
-        print(f"gpupolicy admit: {namespaces}", file=sys.stderr)
+        print(f"gpupolicy admit: error: {namespaces}", file=sys.stderr)
         return 2
     report = Report()
     engine = _load_engine(args.policy, report)

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _verify(args) if args.action == "verify" else _discover(args)
     except (ClusterAccessError, DiscoverError) as err:
-        print(f"gpupolicy cluster {args.action}: error: {err.message}\n  fix: {err.hint}", file=sys.stderr)
+        print(f"gpupolicy cluster {args.action}: error: {err.message}\n  hint: {err.hint}", file=sys.stderr)
         return ExitCode.BAD_INPUT
 
 
@@ -99,7 +99,7 @@ def _load(path: str) -> ClusterGPUPolicy | None:
     if result is None or result.policy is None or blocking:
         sys.stderr.write(render_text(Report(diagnostics=blocking or found, files=1)))
         print("gpupolicy cluster verify: error: the spec cannot be used as it is, so there is nothing sound to verify "
-              "against\n  fix: fix what is reported above (gpupolicy validate checks the spec)", file=sys.stderr)
+              "against\n  hint: fix what is reported above (gpupolicy validate checks the spec)", file=sys.stderr)
         return None
     if found:
         print(f"gpupolicy cluster verify: note: the spec has {len(found)} error(s) verify can look past "

@@ -25,11 +25,11 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     if args.out is not None and len(args.specs) > 1:
-        print("gpupolicy compile: -o names one output directory; with several specs leave it out "
+        print("gpupolicy compile: error: -o names one output directory; with several specs leave it out "
               "(each compiles into out/ beside itself)", file=sys.stderr)
         return 2
     if args.out is None and "-" in args.specs:
-        print("gpupolicy compile: a spec read from stdin needs -o DIR", file=sys.stderr)
+        print("gpupolicy compile: error: a spec read from stdin needs -o DIR", file=sys.stderr)
         return 2
     codes = [_compile_one(spec, Path(args.out) if args.out else Path(spec).parent / "out", check=args.check)
              for spec in args.specs]
@@ -58,7 +58,7 @@ def _compile_one(spec: str, out_dir: Path, *, check: bool) -> int:
             return 0
         writer.write_tree(tree, out_dir)
     except writer.WriteError as err:
-        print(f"gpupolicy compile: {err}", file=sys.stderr)
+        print(f"gpupolicy compile: error: {err}", file=sys.stderr)
         return 2
     print(f"{out_dir}: wrote {len(tree)} files ({len(drift.missing)} added, {len(drift.changed)} changed, "
           f"{len(drift.extra)} removed)", file=sys.stderr)

@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     schemas = render_schemas()
     if args.write is None:
         if args.name not in schemas:
-            print(f"gpupolicy schema: no schema {args.name!r}; choose from {', '.join(sorted(schemas))}",
+            print(f"gpupolicy schema: error: no schema {args.name!r}; choose from {', '.join(sorted(schemas))}",
                   file=sys.stderr)
             return 2
         sys.stdout.write(schemas[args.name])
@@ -32,6 +32,6 @@ def run(args: argparse.Namespace) -> int:
             (out / name).write_text(text, encoding="utf-8", newline="\n")
             print(f"wrote {out / name}", file=sys.stderr)
     except OSError as err:
-        print(f"gpupolicy schema: cannot write {args.write}: {err.strerror}", file=sys.stderr)
+        print(f"gpupolicy schema: error: cannot write {args.write}: {err.strerror}", file=sys.stderr)
         return 2
     return 0

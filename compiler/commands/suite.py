@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         selected = re.compile(args.only) if args.only else None
     except re.error as err:
-        print(f"gpupolicy test: --run {args.only!r} is not a regular expression: {err}", file=sys.stderr)
+        print(f"gpupolicy test: error: --run {args.only!r} is not a regular expression: {err}", file=sys.stderr)
         return 2
     outcome = Outcome()
     for path in args.suites:

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
             return _serve(args)
         return _certs(args)
     except _UsageError as err:
-        print(f"gpupolicy webhook {args.webhook_command}: {err}", file=sys.stderr)
+        print(f"gpupolicy webhook {args.webhook_command}: error: {err}", file=sys.stderr)
         return ExitCode.BAD_INPUT
 
 

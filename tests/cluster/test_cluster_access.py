@@ -15,7 +15,7 @@ from fake_apiserver import Fault
 
 from compiler.cluster import snapshot
 
-RBAC_FIX = ("  fix: grant get and list on nodes, pods, events, configmaps (core) and daemonsets, replicasets, "
+RBAC_FIX = ("  hint: grant get and list on nodes, pods, events, configmaps (core) and daemonsets, replicasets, "
             "deployments (apps), e.g. kubectl create clusterrole gpupolicy-reader --verb=get,list "
             "--resource=nodes,pods,events,configmaps,daemonsets.apps,replicasets.apps,deployments.apps && "
             "kubectl create clusterrolebinding gpupolicy-reader --clusterrole=gpupolicy-reader --user=<you>\n")
@@ -56,7 +56,7 @@ def test_an_api_server_slower_than_the_request_timeout_is_reported_without_waiti
     assert (result.code, result.out) == (2, "")
     assert result.err == (
         f"gpupolicy cluster verify: error: the API server at {seed.server.url} did not answer list nodes within 0.3 s\n"
-        "  fix: retry, or raise --request-timeout if the API server is known to be slow\n")
+        "  hint: retry, or raise --request-timeout if the API server is known to be slow\n")
 
 
 def test_a_refused_connection_names_the_server_and_how_to_check_it(gpupolicy, tmp_path: Path):
@@ -75,7 +75,7 @@ def test_a_refused_connection_names_the_server_and_how_to_check_it(gpupolicy, tm
     assert result.err == (
         f"gpupolicy cluster discover: error: cannot connect to the API server at http://127.0.0.1:{port} (connection "
         "refused or unreachable)\n"
-        "  fix: check that the cluster is up and the kubeconfig's server address is right (kubectl cluster-info)\n")
+        "  hint: check that the cluster is up and the kubeconfig's server address is right (kubectl cluster-info)\n")
 
 
 def test_no_kubeconfig_anywhere_is_a_clear_error(gpupolicy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -86,7 +86,7 @@ def test_no_kubeconfig_anywhere_is_a_clear_error(gpupolicy, tmp_path: Path, monk
     assert (result.code, result.out) == (2, "")
     assert result.err == (
         f"gpupolicy cluster verify: error: no kubeconfig found at {tmp_path}/.kube/config, so there is no cluster to "
-        "read\n  fix: pass --kubeconfig FILE or set KUBECONFIG (kubectl config view shows what you use)\n")
+        "read\n  hint: pass --kubeconfig FILE or set KUBECONFIG (kubectl config view shows what you use)\n")
 
 
 def test_an_unknown_context_lists_the_ones_there_are(cluster, gpupolicy):
@@ -94,7 +94,7 @@ def test_an_unknown_context_lists_the_ones_there_are(cluster, gpupolicy):
     result = gpupolicy("cluster", "discover", "--kubeconfig", seed.kubeconfig, "--context", "prod")
     assert result.code == 2
     assert result.err == (f"gpupolicy cluster discover: error: kubeconfig {seed.kubeconfig} has no context prod\n"
-                          "  fix: pass --context with one of: tke-prod\n")
+                          "  hint: pass --context with one of: tke-prod\n")
     assert seed.server.requests == []
 
 
@@ -117,7 +117,7 @@ def test_a_spec_with_errors_is_refused_before_the_cluster_is_read(cluster, gpupo
     result = gpupolicy("cluster", "verify", "-p", spec, "--kubeconfig", seed.kubeconfig)
     assert (result.code, result.out) == (2, "")
     assert "error[unknown-gpu-model]" in result.err
-    assert result.err.endswith("  fix: fix what is reported above (gpupolicy validate checks the spec)\n")
+    assert result.err.endswith("  hint: fix what is reported above (gpupolicy validate checks the spec)\n")
     assert seed.server.requests == []
 
 

@@ -138,7 +138,7 @@ def test_a_cluster_without_gfd_labels_cannot_be_discovered(cluster, gpupolicy):
     assert result.err == (
         "gpupolicy cluster discover: error: none of the 2 GPU nodes carries GPU Feature Discovery labels "
         "(nvidia.com/gpu.product), so their GPU models are unknown\n"
-        "  fix: deploy GPU Feature Discovery (device-plugin Helm chart: --set gfd.enabled=true) and run discover "
+        "  hint: deploy GPU Feature Discovery (device-plugin Helm chart: --set gfd.enabled=true) and run discover "
         "again\n")
 
 

@@ -395,7 +395,7 @@ def test_an_os_error_at_any_step_of_the_write_is_a_clear_exit_2_and_the_old_tree
             monkeypatch.setattr(writer, "_exchange", lambda a, b: False)  # the two-rename path
     result, _, err = run(capsys, "compile", str(spec_b), "-o", str(out))
     monkeypatch.undo()
-    assert result == 2 and err.startswith(f"gpupolicy compile: cannot write {out}: ") and expected in err, err
+    assert result == 2 and err.startswith(f"gpupolicy compile: error: cannot write {out}: ") and expected in err, err
     assert snapshot(out) == tree_a
     assert "Traceback" not in err
 
