@@ -64,7 +64,7 @@ PORT = 8443
 DEFAULT_WEBHOOK = "default.gpupolicy.dev"
 TENANT_WEBHOOK_SUFFIX = "tenants.gpupolicy.dev"
 NAME_LABEL = "app.kubernetes.io/name"
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+NAMESPACE_NAME_LABEL = selectors.NAMESPACE_NAME_LABEL
 RUN_AS = 65532  # the distroless "nonroot" user and group
 
 SYNC_WAVE = objects.SYNC_WAVE

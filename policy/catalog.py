@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import functools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Annotated, Any, Literal
@@ -112,7 +113,8 @@ _ProfileName = Annotated[
 ]
 # mig-parted device-filter form: device ID in the high 16 bits, NVIDIA's vendor 10DE in the low 16.
 _PciId = Annotated[str, StringConstraints(pattern=r"^0x[0-9A-F]{4}10DE$")]
-_PROFILE_SLICES = re.compile(r"^(?:\d+c\.)?(\d+)g\.")
+# A MIG profile name: [<C>c.]<G>g.<GB>gb[+attr|-attr]; resource names spell "+" as "." (nvidia.com/mig-1g.10gb.me).
+_PROFILE_NAME = re.compile(r"^(?:\d+c\.)?(?P<g>\d+)g\.(?P<gb>\d+)gb(?P<attr>[-+.][a-z].*)?$")
 _ComputeCapability = Annotated[str, StringConstraints(pattern=r"^\d+\.\d$")]
 _Architecture = Literal["Volta", "Turing", "Ampere", "Ada Lovelace", "Hopper", "Blackwell"]
 _MemoryType = Literal["GDDR6", "GDDR7", "HBM2", "HBM2e", "HBM3", "HBM3e"]
@@ -208,8 +210,8 @@ def _check_mig(product: str, memory_mib: int, mig: _MigSpec, tables: dict[str, _
     if len(set(names)) != len(names):
         raise ValueError(f"{product}: duplicate MIG profile names")
     for gi_id, profile in mig.profiles.items():
-        match = _PROFILE_SLICES.match(profile.name)
-        if match is None or int(match[1]) != table.profiles[gi_id].compute_slices:
+        match = _PROFILE_NAME.match(profile.name)
+        if match is None or int(match["g"]) != table.profiles[gi_id].compute_slices:
             raise ValueError(f"{product}: {profile.name} does not match the compute slices of GI profile {gi_id}")
         if profile.memory_mib > memory_mib:
             raise ValueError(f"{product}: {profile.name} has more memory than the GPU")
@@ -330,6 +332,24 @@ def lookup(name: str) -> GpuModel | None:
     """
     key = name.lower()
     return _index().get(key) or _index().get(key.removeprefix("nvidia-"))
+
+
+def nearest_profile(name: str, candidates: Iterable[str]) -> str | None:
+    """The candidate MIG profile closest to ``name``: same attributes, then same compute slices, then the
+    closest memory (1g.5gb on an H100 is 1g.10gb; 3g.47gb on an H20 is 3g.48gb). None without candidates."""
+    wanted = _PROFILE_NAME.match(name)
+    scored = []
+    for candidate in candidates:
+        have = _PROFILE_NAME.match(candidate)
+        if have is None:
+            continue
+        if wanted is None:
+            scored.append(((True, True, 0, 0), candidate))
+            continue
+        slices = int(have["g"]) - int(wanted["g"])
+        attrs_differ = (have["attr"] or "").lstrip("+.") != (wanted["attr"] or "").lstrip("+.")
+        scored.append(((attrs_differ, slices != 0, abs(slices), abs(int(have["gb"]) - int(wanted["gb"]))), candidate))
+    return min(scored)[1] if scored else None
 
 
 def strip_shared(product: str) -> str:

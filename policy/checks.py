@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 
 from policy import catalog, mig, selectors
@@ -236,7 +235,7 @@ def _mig_layouts(i: int, nc: NodeClass, geometry: catalog.MigGeometry) -> Iterat
         lpath = _class_path(i, "sharing", "mig", *base)
         unknown = [p for p in layout if geometry.profile(p) is None]
         for p in unknown:
-            near = _nearest_profile(p, geometry) or next(iter(did_you_mean(p, names)), None)
+            near = catalog.nearest_profile(p, names) or next(iter(did_you_mean(p, names)), None)
             yield Diagnostic("unknown-mig-profile", f"{nc.gpu.model} has no MIG profile {p!r}", (*lpath, p),
                              (f"did you mean {near!r}? " if near else "") + f"its profiles: {', '.join(names)}")
         seen_profiles.update(layout)
@@ -258,22 +257,6 @@ def _mig_layouts(i: int, nc: NodeClass, geometry: catalog.MigGeometry) -> Iterat
             yield Diagnostic("mig-time-slicing-unknown-profile", f"timeSlicing names {profile!r}, which the "
                              "layout does not create", tpath,
                              f"time-slice one of {', '.join(sorted(seen_profiles))}")
-
-
-_PROFILE = re.compile(r"^(?:\d+c\.)?(?P<g>\d+)g\.(?P<gb>\d+)gb(?P<attr>[+-].*)?$")
-
-
-def _nearest_profile(name: str, geometry: catalog.MigGeometry) -> str | None:
-    """This GPU's profile with the same compute slices and attributes and the nearest memory: the same-sized
-    slice of another GPU model (1g.5gb on an H100 is 1g.10gb, 3g.47gb on an H20 is 3g.48gb)."""
-    wanted = _PROFILE.match(name)
-    if wanted is None:
-        return None
-    same = [p for p in geometry.profiles
-            if (m := _PROFILE.match(p.name)) and m["g"] == wanted["g"] and m["attr"] == wanted["attr"]]
-    if not same:
-        return None
-    return min(same, key=lambda p: (p.size, abs(p.memory_mib / 1024 - int(wanted["gb"])))).name
 
 
 def _fmt_layout(layout: dict[str, int]) -> str:

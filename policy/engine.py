@@ -127,10 +127,15 @@ class Engine:
     def classes(self) -> tuple[ClassView, ...]:
         return self._classes
 
-    def tenants_for(self, namespace_labels: Mapping[str, str]) -> tuple[str, ...]:
-        """Every tenant whose namespaceSelector matches the labels, in policy order (offline routing)."""
+    def tenants_for(self, namespace_labels: Mapping[str, str], *, namespace: str | None = None) -> tuple[str, ...]:
+        """Every tenant whose namespaceSelector matches the labels, in policy order (offline routing).
+
+        With ``namespace``, its kubernetes.io/metadata.name label is added, as the API server sets it on every
+        namespace (1.21+), so selectors by name work offline too."""
         labels = {k: v for k, v in namespace_labels.items() if isinstance(k, str) and isinstance(v, str)} \
             if isinstance(namespace_labels, Mapping) else {}
+        if namespace is not None:
+            labels[selectors.NAMESPACE_NAME_LABEL] = namespace
         return tuple(t.name for t in self._tenants.values() if selectors.matches(t.selector, labels))
 
     def evaluate(self, obj: Mapping[str, Any], *, tenants: Sequence[str] = (), operation: str = "CREATE",
@@ -288,7 +293,7 @@ class SuiteCase(_SuiteModel):
     namespace: str | None = None
     """The object's namespace; defaults to its metadata.namespace, else default."""
     namespace_labels: dict[str, str] = Field(default_factory=dict)
-    """Labels of that namespace, added to the suite's namespaces entry (kubernetes.io/metadata.name is implicit)."""
+    """Labels of that namespace, added to the suite's namespaces entry (its name label is implicit)."""
     operation: Literal["CREATE", "UPDATE", "DELETE", "CONNECT"] = "CREATE"
     old_object: dict[str, Any] | None = None
     """The object before an UPDATE."""

@@ -111,14 +111,15 @@ def replica_sizing(node_class: NodeClass) -> sizing.Sizing | None:
                                 reserve_mib=sizing.parse_memory_mib(reserve))
 
 
-def replicas_per_gpu(node_class: NodeClass) -> int:
-    """Replicas per GPU of a time-sliced or MPS class (1 when sizing cannot decide)."""
+def replicas_per_gpu(node_class: NodeClass, computed: sizing.Sizing | None = None) -> int:
+    """Replicas per GPU of a time-sliced or MPS class (1 when sizing cannot decide); pass ``computed`` when
+    the class's replica_sizing is already at hand."""
     shared = node_class.sharing.time_slicing or node_class.sharing.mps
     if shared is None:
         return 1
     if shared.replicas is not None:
         return shared.replicas
-    computed = replica_sizing(node_class)
+    computed = computed or replica_sizing(node_class)
     return computed.replicas if computed else 1
 
 
@@ -129,9 +130,8 @@ def resolve_class(node_class: NodeClass, *, feature_discovery: bool = True) -> C
     model = catalog.lookup(node_class.gpu.model)
     product = model.product if model else node_class.gpu.model
     memory = gpu_memory_mib(node_class)
-    mode = node_class.sharing.mode
-    offers = _offers(node_class, model, memory)
-    mig = node_class.sharing.mig
+    computed = replica_sizing(node_class)
+    offers = _offers(node_class, model, memory, computed)
     return ClassOffers(
         name=node_class.name,
         node_selector=dict(node_class.node_selector),
@@ -139,17 +139,18 @@ def resolve_class(node_class: NodeClass, *, feature_discovery: bool = True) -> C
         product=product,
         gpu_count=node_class.gpu.count,
         memory_mib=memory,
-        mode=mode,
-        mig_strategy=mig.strategy if mig else "none",
+        mode=node_class.sharing.mode,
+        mig_strategy=node_class.mig_strategy,
         offers=offers,
         node_labels=_node_labels(node_class, product, offers) if feature_discovery else dict(node_class.node_selector),
         feature_discovery=feature_discovery,
-        sizing=replica_sizing(node_class),
+        sizing=computed,
         nodes=node_class.nodes,
     )
 
 
-def _offers(node_class: NodeClass, model: catalog.GpuModel | None, memory: int | None) -> tuple[Offer, ...]:
+def _offers(node_class: NodeClass, model: catalog.GpuModel | None, memory: int | None,
+            computed: sizing.Sizing | None) -> tuple[Offer, ...]:
     sharing = node_class.sharing
     count = node_class.gpu.count
     if sharing.mig is not None:
@@ -157,8 +158,7 @@ def _offers(node_class: NodeClass, model: catalog.GpuModel | None, memory: int |
     shared = sharing.time_slicing or sharing.mps
     if shared is None:
         return (Offer(GPU, count, 1, memory or 0, ("exclusive",), "exclusive"),)
-    replicas = replicas_per_gpu(node_class)
-    computed = replica_sizing(node_class)
+    replicas = replicas_per_gpu(node_class, computed)
     per_slot = computed.per_replica_mib if computed else (memory or 0) // max(replicas, 1)
     resource = f"{GPU}.shared" if shared.rename_by_default and replicas > 1 else GPU
     strict = shared.fail_requests_greater_than_one

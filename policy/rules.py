@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from policy import catalog
 from policy.diagnostics import Diagnostic, Path, did_you_mean
 from policy.model import RuleId, RuleMode
 from policy.offers import GPU, ClassDoc, OfferDoc, describe_offer
@@ -22,7 +23,6 @@ MIG_PREFIX = "nvidia.com/mig-"
 HAMI_RESOURCES = frozenset({"nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores",
                             "nvidia.com/priority"})
 _MAX_LISTED = 6  # classes named in one message; a 30-class fleet would drown the reader
-_PROFILE = re.compile(r"^nvidia\.com/mig-(?:\d+c\.)?(\d+)g\.(\d+)gb")
 
 
 # --- the compiled policy, as the rules read it -----------------------------------------------------------------
@@ -447,19 +447,10 @@ def _nearest_request(facts: Facts, resource: str, count: int) -> str:
 
 
 def _nearest_profile(resource: str, offered: Sequence[str]) -> str | None:
-    """The offered MIG resource closest to ``resource``: same compute slices first, then closest memory."""
-    want = _PROFILE.match(resource)
-    scored = []
-    for name in offered:
-        have = _PROFILE.match(name)
-        if have is None:
-            continue
-        if want is None:
-            scored.append(((0, 0, 0), name))
-            continue
-        slices, memory = int(have[1]) - int(want[1]), int(have[2]) - int(want[2])
-        scored.append(((slices != 0, abs(slices), abs(memory)), name))
-    return min(scored)[1] if scored else None
+    """The offered MIG resource closest to ``resource`` (catalog.nearest_profile on the profile parts)."""
+    by_profile = {r.removeprefix(MIG_PREFIX): r for r in offered}
+    nearest = catalog.nearest_profile(resource.removeprefix(MIG_PREFIX), by_profile)
+    return by_profile[nearest] if nearest else None
 
 
 def _combination(facts: Facts) -> Diagnostic:

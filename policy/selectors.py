@@ -8,6 +8,9 @@ from typing import Literal
 
 Operator = Literal["In", "NotIn", "Exists", "DoesNotExist"]
 
+#: The label the API server puts on every namespace with its own name (Kubernetes 1.21+).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
 
 @dataclass(frozen=True)
 class Requirement:

@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 
 from compiler import serialize
-from compiler.cluster import facts
+from compiler.cluster import ClusterError, facts
 from compiler.cluster.resources import DaemonSet, Node, Snapshot
 from policy import catalog, selectors
 from policy.model import API_VERSION, KIND, PluginFlags
@@ -33,13 +33,8 @@ _VERSION = re.compile(r"^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
 _KUBELET = re.compile(r"^v?(\d+)\.(\d+)")
 
 
-class DiscoverError(Exception):
-    """The cluster gives nothing to draft from; message and fix as for ClusterAccessError."""
-
-    def __init__(self, message: str, hint: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+class DiscoverError(ClusterError):
+    """The cluster gives nothing to draft from."""
 
 
 @dataclass(frozen=True)

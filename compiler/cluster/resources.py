@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from policy.quantity import parse_count
+
 Json = Mapping[str, Any]
 NVIDIA_PREFIX = "nvidia.com/"
 
@@ -185,17 +187,6 @@ def parse_time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
-def parse_count(value: Any) -> int | None:
-    """An extended-resource quantity ("8" or 8) as an int; None for quantities that are not whole counts."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
 
 
 def _strings(value: Any) -> dict[str, str]:

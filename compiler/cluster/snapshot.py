@@ -12,7 +12,7 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from compiler.cluster import facts
+from compiler.cluster import ClusterError, facts
 from compiler.cluster.resources import (
     DaemonSet,
     Json,
@@ -42,13 +42,8 @@ RBAC_FIX = (
 )
 
 
-class ClusterAccessError(Exception):
-    """The cluster could not be read: one sentence saying why, and the fix."""
-
-    def __init__(self, message: str, hint: str) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
+class ClusterAccessError(ClusterError):
+    """The cluster could not be read."""
 
 
 @dataclass(frozen=True)

@@ -597,7 +597,7 @@ def _pod_object(pod: Pod) -> dict[str, Any]:
 
 def _explain_pending(view: _View, engine: Engine, pod: Pod, obj: dict[str, Any],
                      requests: tuple[tuple[str, int], ...]) -> Finding:
-    tenants = engine.tenants_for({"kubernetes.io/metadata.name": pod.namespace})
+    tenants = engine.tenants_for({}, namespace=pod.namespace)
     decision = engine.evaluate(obj, tenants=tenants, operation="CREATE")
     never = [d for d in decision.diagnostics if d.code in _UNSCHEDULABLE_RULES]
     head = f"pod {pod.key} has been Pending for {_age(view, pod.created)} asking for {_fmt_requests(requests)}"

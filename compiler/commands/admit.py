@@ -159,8 +159,7 @@ def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tall
             continue
         tally.objects += 1
         ns = workload.namespace or default_ns
-        labels = {**tally.namespaces.get(ns, {}), "kubernetes.io/metadata.name": ns}
-        decision = engine.evaluate(obj, tenants=engine.tenants_for(labels))
+        decision = engine.evaluate(obj, tenants=engine.tenants_for(tally.namespaces.get(ns, {}), namespace=ns))
         tally.denied += not decision.allowed
         tally.warned += bool(decision.warnings)
         for d in decision.diagnostics:

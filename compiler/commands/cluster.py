@@ -45,8 +45,7 @@ def _access_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from compiler.cli import ExitCode
-    from compiler.cluster.discover import DiscoverError
-    from compiler.cluster.snapshot import ClusterAccessError
+    from compiler.cluster import ClusterError
 
     if args.action is None:
         print("gpupolicy cluster: choose an action: verify or discover (see gpupolicy cluster --help)",
@@ -54,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         return ExitCode.BAD_INPUT
     try:
         return _verify(args) if args.action == "verify" else _discover(args)
-    except (ClusterAccessError, DiscoverError) as err:
+    except ClusterError as err:
         print(f"gpupolicy cluster {args.action}: error: {err.message}\n  hint: {err.hint}", file=sys.stderr)
         return ExitCode.BAD_INPUT
 

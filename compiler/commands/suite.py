@@ -134,8 +134,8 @@ def _run_case(path: str, suite: AdmissionTestSuite, index: int, case: SuiteCase,
         return None
     metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     ns = case.namespace or (metadata or {}).get("namespace") or "default"
-    labels = {**suite.namespaces.get(ns, {}), **case.namespace_labels, "kubernetes.io/metadata.name": ns}
-    decision = engine.evaluate(obj, tenants=engine.tenants_for(labels), operation=case.operation,
+    labels = {**suite.namespaces.get(ns, {}), **case.namespace_labels}
+    decision = engine.evaluate(obj, tenants=engine.tenants_for(labels, namespace=ns), operation=case.operation,
                                old_obj=case.old_object)
     span = source.span(where)
     return CaseResult(path, span.line if span else 0, case.name, tuple(_compare(case, decision)), decision)
