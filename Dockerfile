@@ -20,6 +20,8 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY policy/ policy/
 COPY compiler/ compiler/
+COPY cluster/ cluster/
+COPY cli/ cli/
 COPY webhook/ webhook/
 RUN pip install . && rm -rf /src
 

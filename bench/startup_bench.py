@@ -69,7 +69,7 @@ def by_hand(runs: int) -> dict[str, tuple[float, float]]:
 def import_times(argv: list[str]) -> tuple[list[tuple[int, int, str]], set[str]]:
     """(self µs, cumulative µs, module) of every import, and the heavy top-level packages imported."""
     script = argv[1:] if argv[0] == GPUPOLICY else None
-    command = [PYTHON, "-X", "importtime", "-m", "compiler", *script] if script is not None else \
+    command = [PYTHON, "-X", "importtime", "-m", "cli", *script] if script is not None else \
         [PYTHON, "-X", "importtime", *argv[1:]]
     proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     rows = []

@@ -7,16 +7,19 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from compiler.tree import Tree
     from policy.model import ClusterGPUPolicy
+    from policy.resolve import ResolvedPolicy
 
 __all__ = ["compile_policy"]
 
 
-def compile_policy(policy: ClusterGPUPolicy) -> Tree:
+def compile_policy(policy: ClusterGPUPolicy | ResolvedPolicy) -> Tree:
     """The whole output tree of one cluster (relative path -> bytes); same policy, same bytes.
 
-    Assumes the policy passed `policy.load` without errors.  Reads no file and writes none; the CLI's
-    writer puts the tree on disk.  Imported lazily so `gpupolicy --help` stays free of PyYAML/pydantic.
+    Assumes the policy passed `policy.load` without errors; pass the load's resolved policy to reuse it.
+    Reads no file and writes none; the CLI's writer puts the tree on disk.  Imported lazily so
+    `gpupolicy --help` stays free of PyYAML/pydantic.
     """
     from compiler import tree
+    from policy.resolve import ResolvedPolicy, resolve
 
-    return tree.build_tree(policy)
+    return tree.build_tree(policy if isinstance(policy, ResolvedPolicy) else resolve(policy))

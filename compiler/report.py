@@ -6,13 +6,13 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from compiler import deviceplugin, migconfig
-from policy import advice, checks, offers
+from compiler.targets import mig_parted
+from policy import advice, checks
 from policy.diagnostics import format_path
-from policy.model import ClusterGPUPolicy, NodeClass
+from policy.resolve import GPU, Offer, ResolvedClass, ResolvedPolicy
 
 REPORT_VERSION = 1
-EXCLUSIVE = offers.GPU
+EXCLUSIVE = GPU
 
 # Overhead per sharing mode, as seed 003 measured and sourced it (NVIDIA MIG user guide r580, GPU Operator
 # time-slicing page): time-slicing pays context switches, MIG almost nothing, MPS shares one context.
@@ -168,10 +168,11 @@ def _class_dict(c: ClassReport) -> dict[str, Any]:
 # ----------------------------------------------------------------------- building
 
 
-def build_report(policy: ClusterGPUPolicy) -> CapacityReport:
+def build_report(resolved: ResolvedPolicy) -> CapacityReport:
     """The capacity report of a checked policy; pure, so REPORT.md changes only when the spec does."""
-    classes = tuple(_class_report(policy, nc) for nc in sorted(policy.spec.node_classes, key=lambda nc: nc.name))
-    found = [d for d in checks.run(policy) if d.severity == "warning"] + list(advice.advise(policy))
+    policy = resolved.policy
+    classes = tuple(_class_report(rc) for rc in sorted(resolved.classes, key=lambda rc: rc.name))
+    found = [d for d in checks.run(resolved) if d.severity == "warning"] + list(advice.advise(resolved))
     findings = tuple(Finding(d.severity, d.code, format_path(d.path), d.message, d.hint) for d in found)
     return CapacityReport(
         cluster=policy.metadata.name,
@@ -179,12 +180,12 @@ def build_report(policy: ClusterGPUPolicy) -> CapacityReport:
         plugin_version=policy.spec.device_plugin.version,
         classes=classes,
         findings=findings,
-        notes=_notes(policy),
+        notes=_notes(resolved),
     )
 
 
-def _class_report(policy: ClusterGPUPolicy, node_class: NodeClass) -> ClassReport:
-    resolved = offers.resolve_class(node_class)
+def _class_report(resolved: ResolvedClass) -> ClassReport:
+    node_class = resolved.spec
     nodes = node_class.nodes
     gpus = node_class.gpu.count
     memory = resolved.memory_mib or 0
@@ -203,11 +204,11 @@ def _class_report(policy: ClusterGPUPolicy, node_class: NodeClass) -> ClassRepor
         overhead=_overhead(resolved),
         sizing=resolved.sizing.explain() if resolved.sizing else None,
         node_selector=dict(sorted(node_class.node_selector.items())),
-        node_labels=node_labels(policy, node_class),
+        node_labels=resolved.required_labels,
     )
 
 
-def _slots(offer: offers.Offer, nodes: int | None, gpu_memory_mib: int) -> Slots:
+def _slots(offer: Offer, nodes: int | None, gpu_memory_mib: int) -> Slots:
     total = None if nodes is None else nodes * offer.per_node
     if offer.isolation == "mig-hardware":
         # Time-sliced MIG instances share the instance's memory among their replicas, with no limit.
@@ -219,40 +220,21 @@ def _slots(offer: offers.Offer, nodes: int | None, gpu_memory_mib: int) -> Slots
                  _isolation(offer), offer.replicas, offer.devices_per_node)
 
 
-def _isolation(offer: offers.Offer) -> str:
+def _isolation(offer: Offer) -> str:
     text = ISOLATION[offer.isolation]
     if offer.isolation == "mig-hardware" and offer.replicas > 1:
         return f"{text} between instances; none between the {offer.replicas} replicas of one instance"
     return text
 
 
-def _overhead(resolved: offers.ClassOffers) -> str:
+def _overhead(resolved: ResolvedClass) -> str:
     if resolved.mode == "mig" and any(o.replicas > 1 for o in resolved.offers):
         return OVERHEAD["mig+time-slicing"]
     return OVERHEAD[resolved.mode]
 
 
-def node_labels(policy: ClusterGPUPolicy, node_class: NodeClass) -> dict[str, str]:
-    """The labels a person (or node provisioning) must set on the class's nodes.
-
-    gpu-operator: the config-manager picks the config named by nvidia.com/device-plugin.config (§4).
-    MIG: mig-manager applies the layout named by nvidia.com/mig.config (mig.md §5).  Standalone MPS: the
-    control daemon runs only where nvidia.com/mps.capable=true (Helm chart nodeSelector).
-    """
-    plugin = policy.spec.device_plugin
-    labels: dict[str, str] = {}
-    if plugin.deploy == "gpu-operator":
-        labels[deviceplugin.CONFIG_LABEL] = node_class.name
-    mig_config = migconfig.config_name(policy, node_class)
-    if mig_config is not None:
-        labels[migconfig.CONFIG_LABEL] = mig_config
-    if plugin.deploy == "standalone" and deviceplugin.is_mps(plugin, node_class):
-        labels[deviceplugin.MPS_CAPABLE_LABEL] = "true"
-    return dict(sorted(labels.items()))
-
-
-def _notes(policy: ClusterGPUPolicy) -> tuple[str, ...]:
-    plugin = policy.spec.device_plugin
+def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
+    plugin = resolved.spec.device_plugin
     notes: list[str] = []
     if plugin.deploy == "standalone":
         notes.append(
@@ -269,13 +251,13 @@ def _notes(policy: ClusterGPUPolicy) -> tuple[str, ...]:
                 f"The tree creates no Namespace: {plugin.namespace} must exist and admit privileged pods "
                 f"(pod-security.kubernetes.io/enforce: privileged), since the plugin mounts host paths."
             )
-        if migconfig.has_mig(policy):
+        if resolved.has_mig:
             notes.append(
                 f"No mig-manager is deployed in standalone mode: run nvidia-mig-manager with the ConfigMap in "
-                f"mig/ (key {migconfig.CONFIG_KEY}), or apply a layout on the node with `nvidia-mig-parted apply "
+                f"mig/ (key {mig_parted.CONFIG_KEY}), or apply a layout on the node with `nvidia-mig-parted apply "
                 f"-f config.yaml -c <class>`. Drain the node first: changing MIG mode needs the GPU idle."
             )
-        if any(deviceplugin.is_mps(plugin, nc) for nc in policy.spec.node_classes):
+        if any(rc.mps_daemon for rc in resolved.classes):
             notes.append(
                 "The MPS control daemon runs only on nodes labelled nvidia.com/mps.capable=true. GPU Feature "
                 "Discovery v0.15+ sets it when it runs with the class's config; a GFD running without it labels "
@@ -293,7 +275,7 @@ def _notes(policy: ClusterGPUPolicy) -> tuple[str, ...]:
             f"FALLBACK_STRATEGIES=empty): whole GPUs, no sharing. Run device plugin {plugin.version} or newer "
             f"in the ClusterPolicy; the configs are written for it."
         )
-        if migconfig.has_mig(policy):
+        if resolved.has_mig:
             notes.append(
                 "Changing nvidia.com/mig.config makes mig-manager stop GPU clients and repartition the GPUs: "
                 "drain the node first, and do not pre-set the label on scale-from-zero pools before the layout "

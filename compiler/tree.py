@@ -7,9 +7,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from compiler import admission, deviceplugin, migconfig, objects, report, serialize
+from compiler import objects, report, serialize
 from compiler.objects import Obj
-from policy.model import ClusterGPUPolicy
+from compiler.targets import admission_webhook, device_plugin, gpu_operator, mig_parted
+from policy.resolve import ResolvedPolicy
 
 MARKER = ".gpupolicy"
 MARKER_TEXT = (
@@ -54,9 +55,10 @@ def _check_relative(path: str) -> None:
         raise ValueError(f"tree paths are normalised relative paths, got {path!r}")
 
 
-def build_tree(policy: ClusterGPUPolicy) -> Tree:
+def build_tree(resolved: ResolvedPolicy) -> Tree:
     """The whole output of one cluster: components, kustomizations, report and ownership marker."""
-    components = _components(policy)
+    policy = resolved.policy
+    components = _components(resolved)
     files: dict[str, bytes] = {MARKER: MARKER_TEXT.encode("utf-8")}
     for directory, stems in components.items():
         for stem, obj in stems.items():
@@ -67,28 +69,28 @@ def build_tree(policy: ClusterGPUPolicy) -> Tree:
         list(components),
         labels={"app.kubernetes.io/managed-by": objects.MANAGED_BY, "gpupolicy.dev/cluster": policy.metadata.name},
     ))
-    capacity = report.build_report(policy)
+    capacity = report.build_report(resolved)
     files["REPORT.md"] = report.render_markdown(capacity).encode("utf-8")
     files["report.json"] = serialize.dump_json(capacity.to_dict())
     return Tree.from_files(files)
 
 
-def _components(policy: ClusterGPUPolicy) -> dict[str, dict[str, Obj]]:
+def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
     """Directory -> file stem -> object, for every component the policy needs."""
-    plugin = policy.spec.device_plugin
+    plugin = resolved.spec.device_plugin
     out: dict[str, dict[str, Obj]] = {}
     if plugin.deploy == "standalone":
-        out["device-plugin"] = deviceplugin.render_standalone(policy)
+        out["device-plugin"] = device_plugin.render_standalone(resolved)
     else:
-        out["device-plugin"] = {"configmap": deviceplugin.render_operator_configs(policy)}
-    if migconfig.has_mig(policy):
-        out["mig"] = {"configmap": migconfig.render_config_map(policy)}
+        out["device-plugin"] = {"configmap": gpu_operator.render_operator_configs(resolved)}
+    if resolved.has_mig:
+        out["mig"] = {"configmap": mig_parted.render_config_map(resolved)}
     if plugin.deploy == "gpu-operator":
         mig = out["mig"]["configmap"]["metadata"]["name"] if "mig" in out else None
         config = out["device-plugin"]["configmap"]["metadata"]["name"]
-        out["gpu-operator"] = {"clusterpolicy": deviceplugin.render_cluster_policy(policy, config, mig)}
-    if policy.spec.admission.enabled:
-        out["admission"] = {_stem(obj): obj for obj in admission.render_admission(policy)}
+        out["gpu-operator"] = {"clusterpolicy": gpu_operator.render_cluster_policy(resolved, config, mig)}
+    if resolved.spec.admission.enabled:
+        out["admission"] = {_stem(obj): obj for obj in admission_webhook.render_admission(resolved)}
     return dict(sorted(out.items()))
 
 

@@ -16,7 +16,7 @@ from typing import Literal
 from policy import catalog
 from policy.diagnostics import Diagnostic, Severity
 from policy.model import ClusterGPUPolicy, NodeClass, ReplicatedSharing, Tenant
-from policy.offers import GPU, gpu_memory_mib, reachable_offers, resolve_class
+from policy.resolve import GPU, ResolvedClass, ResolvedPolicy, resolve
 
 __all__ = ["CODES", "MIN_UNSIZED_SHARE_MIB", "AdviceCode", "advise"]
 
@@ -98,17 +98,18 @@ def _shared_name(nc: NodeClass) -> tuple[str, ReplicatedSharing] | None:
     return None
 
 
-def _reachable_offers(policy: ClusterGPUPolicy, tenant: Tenant) -> Iterator[tuple[int, NodeClass, str, str]]:
+def _reachable_offers(resolved: ResolvedPolicy, tenant: Tenant) -> Iterator[tuple[int, ResolvedClass, str, str]]:
     """(class index, class, offer's modes, isolation) for every offer the tenant's pods may land on."""
-    for i, nc, offer in reachable_offers(policy.spec.node_classes, tenant):
-        yield i, nc, "+".join(offer.modes), offer.isolation
+    for i, rc, offer in resolved.reachable(tenant):
+        yield i, rc, "+".join(offer.modes), offer.isolation
 
 
-def advise_production_tenants(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def advise_production_tenants(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     for t, tenant in enumerate(policy.spec.tenants):
         if not tenant.production:
             continue
-        shared = sorted({f"{nc.name} ({modes})" for _, nc, modes, iso in _reachable_offers(policy, tenant)
+        shared = sorted({f"{nc.name} ({modes})" for _, nc, modes, iso in _reachable_offers(resolved, tenant)
                          if iso in _SHARED_ISOLATION or "time-slicing" in modes})
         if shared:
             yield _d("production-tenant-without-memory-isolation",
@@ -118,7 +119,8 @@ def advise_production_tenants(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                      "allow only mig and exclusive for this tenant, or pin it to isolated classes with classes:")
 
 
-def advise_mig_capable_time_sliced(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def advise_mig_capable_time_sliced(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     production = [t for t in policy.spec.tenants if t.production]
     for i, nc in enumerate(policy.spec.node_classes):
         shared = _shared_name(nc)
@@ -137,11 +139,12 @@ def advise_mig_capable_time_sliced(policy: ClusterGPUPolicy) -> Iterator[Diagnos
                      "give these tenants a MIG class (sharing: {mig: ...}); see gpupolicy explain for its slots")
 
 
-def advise_unsized_replicas(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def advise_unsized_replicas(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     for i, nc in enumerate(policy.spec.node_classes):
         base: Path = ("spec", "nodeClasses", i, "sharing")
         ts = nc.sharing.time_slicing
-        total = gpu_memory_mib(nc)
+        total = resolved.classes[i].memory_mib
         if ts is not None and ts.replicas is not None and ts.replicas >= 2 and total is not None:
             share = total // ts.replicas
             if share < MIN_UNSIZED_SHARE_MIB:
@@ -170,7 +173,8 @@ def _unsized(name: str, arithmetic: str, share: int, path: Path) -> Diagnostic:
               "or lower replicas")
 
 
-def advise_fail_requests(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def advise_fail_requests(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     for i, nc in enumerate(policy.spec.node_classes):
         shared = _shared_name(nc)
         if shared is not None and not shared[1].fail_requests_greater_than_one:
@@ -188,12 +192,13 @@ def advise_fail_requests(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                      "remove failRequestsGreaterThanOne (it defaults to true)")
 
 
-def advise_rename_by_default(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def advise_rename_by_default(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     for i, nc in enumerate(policy.spec.node_classes):
         shared = _shared_name(nc)
         if shared is None or not shared[1].rename_by_default:
             continue
-        offer = resolve_class(nc).offers[0]
+        offer = resolved.classes[i].offers[0]
         if offer.resource == GPU:
             continue  # not actually renamed (a single replica keeps nvidia.com/gpu)
         yield _d("rename-by-default-breaks-requests",
@@ -203,7 +208,8 @@ def advise_rename_by_default(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                  f"keep renameByDefault: false unless every workload for this class requests {offer.resource}")
 
 
-def advise_mps_pre_volta(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def advise_mps_pre_volta(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     for i, nc in enumerate(policy.spec.node_classes):
         if nc.sharing.mps is None:
             continue
@@ -220,7 +226,8 @@ def advise_mps_pre_volta(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                      "use time-slicing on this GPU, or move MPS workloads to Volta or newer")
 
 
-def advise_training(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def advise_training(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     for i, nc in enumerate(policy.spec.node_classes):
         if nc.sharing.mode == "exclusive":
             continue
@@ -238,7 +245,8 @@ def advise_training(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                      ("spec", "tenants", t, "allow"), "add exclusive to allow, and an exclusive class")
 
 
-def advise_admission(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def advise_admission(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     admission = policy.spec.admission
     if not admission.enabled:
         return
@@ -257,7 +265,7 @@ def advise_admission(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                  "keep Fail (only GPU workloads are routed to the webhook), and alert on the webhook instead")
 
 
-ADVICE: tuple[Callable[[ClusterGPUPolicy], Iterator[Diagnostic]], ...] = (
+ADVICE: tuple[Callable[[ResolvedPolicy], Iterator[Diagnostic]], ...] = (
     advise_production_tenants,
     advise_mig_capable_time_sliced,
     advise_unsized_replicas,
@@ -269,13 +277,14 @@ ADVICE: tuple[Callable[[ClusterGPUPolicy], Iterator[Diagnostic]], ...] = (
 )
 
 
-def advise(policy: ClusterGPUPolicy) -> tuple[Diagnostic, ...]:
+def advise(policy: ClusterGPUPolicy | ResolvedPolicy) -> tuple[Diagnostic, ...]:
     """Advice for a policy that passed its checks: warnings and infos only, in spec order.
 
     Diagnostics carry a code from `CODES`, a path spelled like the user's keys and no span (the caller
     locates them as it locates check findings). Never raises for a checked policy; never returns errors.
     """
-    found = [d for rule in ADVICE for d in rule(policy)]
+    resolved = policy if isinstance(policy, ResolvedPolicy) else resolve(policy)
+    found = [d for rule in ADVICE for d in rule(resolved)]
     return tuple(sorted(found, key=_order))
 
 

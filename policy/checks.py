@@ -6,24 +6,15 @@ from collections.abc import Callable, Iterator
 
 from policy import catalog, mig, selectors
 from policy.diagnostics import Diagnostic, did_you_mean
+from policy.labels import GFD_MUTABLE
 from policy.model import ClusterGPUPolicy, NodeClass, ReplicatedSharing, Tenant
-from policy.offers import reachable_offers, replica_sizing, resolve_class
+from policy.resolve import ResolvedClass, ResolvedPolicy, resolve
 
-Check = Callable[[ClusterGPUPolicy], Iterator[Diagnostic]]
+Check = Callable[[ResolvedPolicy], Iterator[Diagnostic]]
 
 #: Codes whose span is the offending key rather than its value.
 KEY_LOCATED = frozenset({"unknown-mig-profile", "mig-time-slicing-unknown-profile", "shared-product-selector"})
 
-# Labels GPU Feature Discovery rewrites when sharing is configured; a class selected by them selects
-# different nodes before and after its own config rolls out (k8s-device-plugin internal/lm, -SHARED rule).
-_MUTABLE_GFD_LABELS = (
-    "nvidia.com/gpu.product",
-    "nvidia.com/gpu.replicas",
-    "nvidia.com/gpu.sharing-strategy",
-    "nvidia.com/gpu.count",
-    "nvidia.com/gpu.memory",
-    "nvidia.com/mps.capable",
-)
 _V = tuple[int, int, int]
 
 
@@ -35,7 +26,8 @@ def _class_path(i: int, *rest: str | int) -> tuple[str | int, ...]:
     return ("spec", "nodeClasses", i, *rest)
 
 
-def check_unique_names(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def check_unique_names(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     for field, code, items in (
         ("nodeClasses", "duplicate-class-name", policy.spec.node_classes),
         ("tenants", "duplicate-tenant-name", policy.spec.tenants),
@@ -48,7 +40,8 @@ def check_unique_names(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
             first.setdefault(item.name, i)
 
 
-def check_gpu_models(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def check_gpu_models(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     for i, nc in _classes(policy):
         model = catalog.lookup(nc.gpu.model)
         if model is None and nc.gpu.memory is None:
@@ -69,7 +62,8 @@ def check_gpu_models(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                              "use the node's nvidia.com/gpu.memory label value, in MiB", severity="warning")
 
 
-def check_overlapping_classes(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def check_overlapping_classes(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     classes = policy.spec.node_classes
     for j, i in _overlapping_pairs([nc.name for nc in classes], [nc.node_selector for nc in classes]):
         a, b = classes[i], classes[j]
@@ -123,10 +117,11 @@ def _rewritten_labels(nc: NodeClass) -> tuple[str, ...]:
         return ()
     if nc.mig_strategy == "mixed":
         return ("nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy")
-    return _MUTABLE_GFD_LABELS
+    return GFD_MUTABLE
 
 
-def check_mutable_selector_labels(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def check_mutable_selector_labels(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     for i, nc in _classes(policy):
         rewritten = _rewritten_labels(nc)
         for key in sorted(nc.node_selector):
@@ -140,11 +135,12 @@ def check_mutable_selector_labels(policy: ClusterGPUPolicy) -> Iterator[Diagnost
                 )
 
 
-def check_replicas(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def check_replicas(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     for i, nc in _classes(policy):
         for name, shared in (("timeSlicing", nc.sharing.time_slicing), ("mps", nc.sharing.mps)):
             if shared is not None:
-                yield from _replicated(i, nc, name, shared)
+                yield from _replicated(i, resolved.classes[i], name, shared)
         if nc.sharing.mig is not None:
             for profile, replicas in sorted(nc.sharing.mig.time_slicing.items()):
                 if replicas < 2:
@@ -154,7 +150,7 @@ def check_replicas(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                                      f"remove {profile} from timeSlicing, or use 2 or more")
 
 
-def _replicated(i: int, nc: NodeClass, name: str, shared: ReplicatedSharing) -> Iterator[Diagnostic]:
+def _replicated(i: int, rc: ResolvedClass, name: str, shared: ReplicatedSharing) -> Iterator[Diagnostic]:
     path = _class_path(i, "sharing", name)
     if shared.replicas is not None and shared.replicas < 2:
         yield Diagnostic("replicas-too-low", f"{name} with replicas {shared.replicas} shares nothing; the device "
@@ -163,9 +159,13 @@ def _replicated(i: int, nc: NodeClass, name: str, shared: ReplicatedSharing) -> 
         return
     if shared.sizing is None:
         return
-    computed = replica_sizing(nc)
+    computed = rc.sizing
     if computed is None:
-        return  # the model is unknown: check_gpu_models already said so
+        if rc.memory_mib is not None:  # known memory, yet no arithmetic: the reserve does not fit the GPU
+            yield Diagnostic("sizing-exceeds-memory", f"reserve {shared.sizing.reserve} exceeds the GPU's "
+                             f"{rc.memory_mib} MiB", (*path, "sizing", "reserve"),
+                             "use a percentage reserve such as 10%, or a smaller quantity")
+        return  # otherwise the model is unknown: check_gpu_models already said so
     if computed.replicas == 0:
         yield Diagnostic("sizing-exceeds-memory", f"memoryPerReplica {computed.per_replica_mib} MiB does not fit "
                          f"in {computed.usable_mib} MiB usable ({computed.explain()})",
@@ -176,7 +176,8 @@ def _replicated(i: int, nc: NodeClass, name: str, shared: ReplicatedSharing) -> 
                          "use sharing: exclusive, or lower memoryPerReplica / the reserve")
 
 
-def check_mig(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def check_mig(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     for i, nc in _classes(policy):
         if nc.sharing.mig is None:
             continue
@@ -263,7 +264,8 @@ def _fmt_layout(layout: dict[str, int]) -> str:
     return "{" + ", ".join(f"{p}: {n}" for p, n in sorted(layout.items())) + "}"
 
 
-def check_mps(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def check_mps(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     plugin = policy.spec.device_plugin
     for i, nc in _classes(policy):
         if nc.sharing.mps is None:
@@ -274,7 +276,7 @@ def check_mps(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                              f"(spec uses {plugin.version}, which silently ignores sharing.mps)", path,
                              "set spec.devicePlugin.version to v0.15.0 or newer, or use timeSlicing")
         model = catalog.lookup(nc.gpu.model)
-        replicas = resolve_class(nc).offers[0].replicas
+        replicas = resolved.classes[i].replicas
         where = (*path, "replicas") if nc.sharing.mps.replicas is not None else (*path, "sizing")
         if model is not None and replicas > model.mps_max_clients:
             yield Diagnostic("mps-replicas-above-client-cap", f"MPS allows at most {model.mps_max_clients} clients "
@@ -289,7 +291,8 @@ _FLAG_GATES: tuple[tuple[str, object, _V, str], ...] = (
 )
 
 
-def check_plugin_version(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def check_plugin_version(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     plugin = policy.spec.device_plugin
     version = plugin.version_tuple
     if version < (0, 12, 0):
@@ -313,7 +316,8 @@ def check_plugin_version(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                          "target 1.28 or newer, or set admission.enabled: false")
 
 
-def check_tenants(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def check_tenants(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     names = {nc.name for nc in policy.spec.node_classes}
     for t, tenant in enumerate(policy.spec.tenants):
         for c, cls in enumerate(tenant.classes):
@@ -322,7 +326,7 @@ def check_tenants(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                 yield Diagnostic("tenant-unknown-class", f"tenant {tenant.name!r} names class {cls!r}, which does "
                                  "not exist", ("spec", "tenants", t, "classes", c),
                                  f"did you mean {near[0]!r}?" if near else f"classes: {', '.join(sorted(names))}")
-        if set(tenant.classes) <= names and not _usable_classes(policy, tenant):
+        if set(tenant.classes) <= names and not _usable_classes(resolved, tenant):
             yield Diagnostic("tenant-mode-unavailable", f"tenant {tenant.name!r} may use {', '.join(tenant.allow)}, "
                              "but no node class it may use offers that", ("spec", "tenants", t, "allow"),
                              "allow a mode one of its classes offers, or add such a class")
@@ -357,9 +361,9 @@ def tenant_selector_too_complex(tenant: Tenant, index: int) -> Diagnostic:
                       "or use one matchExpressions entry (key In [a, b])")
 
 
-def _usable_classes(policy: ClusterGPUPolicy, tenant: Tenant) -> list[str]:
+def _usable_classes(resolved: ResolvedPolicy, tenant: Tenant) -> list[str]:
     """Classes the tenant may land on: named by it (if it names any) with an offer of allowed modes only."""
-    return sorted({nc.name for _, nc, _ in reachable_offers(policy.spec.node_classes, tenant)})
+    return sorted({rc.name for _, rc, _ in resolved.reachable(tenant)})
 
 
 def _tenant_overlaps(tenants: tuple[Tenant, ...]) -> Iterator[Diagnostic]:
@@ -377,7 +381,8 @@ def _tenant_overlaps(tenants: tuple[Tenant, ...]) -> Iterator[Diagnostic]:
 RESERVED_CLASS_NAMES = frozenset({"all-disabled", "all-enabled"})
 
 
-def check_reserved_names(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def check_reserved_names(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     for i, nc in _classes(policy):
         if nc.name in RESERVED_CLASS_NAMES:
             yield Diagnostic("reserved-class-name", f"class name {nc.name!r} is reserved: the compiled mig-parted "
@@ -385,8 +390,9 @@ def check_reserved_names(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                              "rename the class, e.g. after the node pool it selects")
 
 
-def check_operator_settings(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def check_operator_settings(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
     """Under the GPU Operator one ClusterPolicy drives every plugin: per-class settings it overrides are lost."""
+    policy = resolved.policy
     plugin = policy.spec.device_plugin
     if plugin.deploy != "gpu-operator":
         return
@@ -411,7 +417,8 @@ def check_operator_settings(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
                          "set them in the ClusterPolicy's devicePlugin.env instead", severity="warning")
 
 
-def check_mps_flags(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
+def check_mps_flags(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    policy = resolved.policy
     plugin = policy.spec.device_plugin
     for i, nc in _classes(policy):
         mps = nc.sharing.mps
@@ -438,6 +445,7 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
-def run(policy: ClusterGPUPolicy) -> tuple[Diagnostic, ...]:
-    """Every finding of every check (checks never stop at the first)."""
-    return tuple(d for check in CHECKS for d in check(policy))
+def run(policy: ClusterGPUPolicy | ResolvedPolicy) -> tuple[Diagnostic, ...]:
+    """Every finding of every check (checks never stop at the first), on a policy resolved once."""
+    resolved = policy if isinstance(policy, ResolvedPolicy) else resolve(policy)
+    return tuple(d for check in CHECKS for d in check(resolved))

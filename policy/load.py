@@ -9,6 +9,7 @@ from pydantic import ValidationError
 from policy import checks
 from policy.diagnostics import Diagnostic, PolicyError, Span, from_validation_error, has_errors, sort_key
 from policy.model import ClusterGPUPolicy
+from policy.resolve import ResolvedPolicy, resolve
 from policy.source import Document, parse_documents
 
 
@@ -22,6 +23,8 @@ class LoadResult:
     document_index: int = 0
     start: Span | None = None
     """Where the document begins."""
+    resolved: ResolvedPolicy | None = None
+    """The policy's classes resolved once, for every later consumer (None when the model did not validate)."""
 
     @property
     def ok(self) -> bool:
@@ -85,9 +88,10 @@ def _validate_document(doc: Document) -> LoadResult:
             if d.path not in explained:
                 found.append(d.at(doc.source.span(d.path, key=d.code == "unknown-field")))
         return LoadResult(filename, None, _sorted(found), doc.index)
-    for d in checks.run(policy):
+    resolved = resolve(policy)
+    for d in checks.run(resolved):
         found.append(d.at(doc.source.span(d.path, key=d.code in checks.KEY_LOCATED)))
-    return LoadResult(filename, policy, _sorted(found), doc.index)
+    return LoadResult(filename, policy, _sorted(found), doc.index, resolved=resolved)
 
 
 def _sorted(found: list[Diagnostic]) -> tuple[Diagnostic, ...]:

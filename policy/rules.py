@@ -14,11 +14,12 @@ from dataclasses import dataclass
 
 from policy import catalog
 from policy.diagnostics import Diagnostic, Path, did_you_mean
+from policy.labels import GFD_PREFIXES
 from policy.model import RuleId, RuleMode
-from policy.offers import GPU, ClassDoc, OfferDoc, describe_offer
+from policy.offers import ClassDoc, OfferDoc
+from policy.resolve import GPU, MIG_PREFIX, describe_offer
 from policy.workloads import AffinityTerm, GpuRequest, NodeRequirement, Placement
 
-MIG_PREFIX = "nvidia.com/mig-"
 # HAMi's resource names (webhook.md §3.3): its scheduler extender serves them, the NVIDIA plugin never does.
 HAMI_RESOURCES = frozenset({"nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores",
                             "nvidia.com/priority"})
@@ -73,7 +74,7 @@ class ClassView:
     def from_doc(cls, doc: ClassDoc) -> ClassView:
         known = {**doc.node_labels, **doc.node_selector}
         labels = {key: _possible_values(key, value) for key, value in known.items()}
-        absent = () if doc.feature_discovery else GFD_LABEL_PREFIXES
+        absent = () if doc.feature_discovery else GFD_PREFIXES
         return cls(doc.name, doc.product, doc.mode, doc.mig_strategy, tuple(sorted(doc.node_selector.items())),
                    known, labels, {o.resource: OfferView.from_doc(o) for o in doc.offers}, absent)
 
@@ -139,11 +140,6 @@ class Access:
 
 
 # --- placement: can a class's nodes satisfy the pod's nodeSelector and required affinity? ---------------------
-
-#: Labels only GPU Feature Discovery writes (k8s-device-plugin internal/lm); where it does not run, no node has them.
-GFD_LABEL_PREFIXES = ("nvidia.com/gpu.", "nvidia.com/mig-", "nvidia.com/mig.capable", "nvidia.com/mig.strategy",
-                      "nvidia.com/mps.", "nvidia.com/cuda.")
-
 
 @dataclass(frozen=True)
 class Conflict:

@@ -468,7 +468,7 @@ def _example_for(code: str, fixtures: Path) -> tuple[str, str, str]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        from compiler.inputs import read_text
+        from cli.inputs import read_text
 
         found = read_text(str(case))
         assert not isinstance(found, str)
@@ -484,7 +484,7 @@ def _example_for(code: str, fixtures: Path) -> tuple[str, str, str]:
 
 
 def _format(diagnostics: Sequence[Any], code: str) -> str:
-    from compiler.reporters import format_diagnostic
+    from cli.reporters import format_diagnostic
 
     return "\n".join(line for d in diagnostics if d.code == code for line in format_diagnostic(d))
 

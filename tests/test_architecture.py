@@ -1,4 +1,4 @@
-"""The layering rules hold: policy is pure, the webhook never imports the compiler."""
+"""The layering rules hold: arrows point inward, policy is pure, the webhook never imports the compiler, no cycles."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ def test_import_contracts_hold() -> None:
 
 def test_importing_the_policy_core_pulls_in_no_shell_library() -> None:
     probe = (
-        "import sys, policy.load, policy.offers, policy.checks\n"
-        "print([m for m in ('flask', 'kubernetes', 'cryptography', 'prometheus_client', 'compiler', 'webhook')"
-        " if m in sys.modules])"
+        "import sys, policy.load, policy.offers, policy.checks, policy.resolve\n"
+        "print([m for m in ('flask', 'kubernetes', 'cryptography', 'prometheus_client', 'compiler', 'webhook',"
+        " 'cli', 'cluster') if m in sys.modules])"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"

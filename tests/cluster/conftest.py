@@ -11,7 +11,7 @@ import pytest
 from cluster_support import Cluster, Obj, Result
 from fake_apiserver import FakeApiServer, Fault, load_scenario, serve
 
-from compiler.cli import main
+from cli.main import main
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 from cluster_support import TKE_SPEC
 from fake_apiserver import Fault
 
-from compiler.cluster import snapshot
+from cluster import snapshot
 
 RBAC_FIX = ("  hint: grant get and list on nodes, pods, events, configmaps (core) and daemonsets, replicasets, "
             "deployments (apps), e.g. kubectl create clusterrole gpupolicy-reader --verb=get,list "
@@ -131,7 +131,7 @@ def test_lists_are_read_page_by_page(cluster, gpupolicy, monkeypatch: pytest.Mon
 
 
 def test_cluster_help_loads_neither_the_kubernetes_client_nor_yaml_nor_pydantic():
-    probe = ("import sys, contextlib, io\nfrom compiler.cli import main\n"
+    probe = ("import sys, contextlib, io\nfrom cli.main import main\n"
              "with contextlib.redirect_stdout(io.StringIO()):\n"
              "    main(['cluster', 'verify', '--help'])\n"
              "print([m for m in ('kubernetes', 'yaml', 'pydantic', 'urllib3') if m in sys.modules])")

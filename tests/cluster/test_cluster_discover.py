@@ -12,9 +12,9 @@ from fake_apiserver import load_scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cluster import discover, facts
+from cluster.resources import Node, Snapshot, node_from
 from compiler import compile_policy
-from compiler.cluster import discover, facts
-from compiler.cluster.resources import Node, Snapshot, node_from
 from policy import selectors
 from policy.load import load_policy
 

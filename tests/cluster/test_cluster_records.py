@@ -9,9 +9,8 @@ import build_recorded
 import pytest
 from cluster_support import ROOT
 
-from compiler import compile_policy
-from compiler.cluster import expected, facts, verify
-from compiler.cluster.resources import (
+from cluster import expected, facts, verify
+from cluster.resources import (
     Container,
     DaemonSet,
     Node,
@@ -20,6 +19,7 @@ from compiler.cluster.resources import (
     event_from,
     node_from,
 )
+from compiler import compile_policy
 from policy.load import load_policy
 
 NOW = datetime(2025, 6, 12, 8, 0, tzinfo=UTC)

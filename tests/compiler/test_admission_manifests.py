@@ -16,14 +16,20 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from compiler.admission import MATCH_CONDITIONS, render_admission
+from compiler.targets import admission_webhook
+from compiler.targets.admission_webhook import MATCH_CONDITIONS
 from policy import checks, offers, selectors
 from policy.diagnostics import PolicyError
 from policy.model import ClusterGPUPolicy
+from policy.resolve import resolve
 
 Obj = dict[str, Any]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "clusters"
 CERT_MANAGER_KINDS = {"Certificate", "Issuer"}
+
+
+def render_admission(policy: ClusterGPUPolicy) -> list[Obj]:
+    return admission_webhook.render_admission(resolve(policy))
 
 
 # ---------------------------------------------------------------- policies

@@ -16,9 +16,11 @@ import yaml
 from external_tools import require_tool
 from jsonschema import Draft202012Validator
 
-from compiler import compile_policy, deviceplugin
+from compiler import compile_policy
+from compiler.targets import device_plugin
 from compiler.tree import Tree
 from policy.model import ClusterGPUPolicy
+from policy.resolve import resolve
 
 Load = Callable[..., ClusterGPUPolicy]
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,7 +110,7 @@ def test_mps_classes_get_the_control_daemon_mps_root_and_a_config_that_names_it(
 
 def test_v0_14_0_gets_device_list_strategy_as_the_list_it_requires(example_policy: Load) -> None:
     policy = example_policy("tke-l20-t4", ("version: v0.14.5", "version: v0.14.0"))
-    config = deviceplugin.render_config(policy.spec.device_plugin, policy.spec.node_classes[0])
+    config = device_plugin.render_config(policy.spec.device_plugin, resolve(policy).classes[0])
     assert config["flags"]["plugin"]["deviceListStrategy"] == ["envvar"]
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler.admission import MATCH_CONDITIONS
+from compiler.targets.admission_webhook import MATCH_CONDITIONS
 
 Obj = dict[str, Any]
 

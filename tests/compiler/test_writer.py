@@ -183,13 +183,13 @@ def test_killing_a_compile_midway_leaves_the_previous_tree_and_the_next_run_clea
     changed = tmp_path / "cluster.yaml"
     changed.write_text(spec.read_text().replace("memoryPerReplica: 4401Mi", "memoryPerReplica: 3000Mi"))
     out = tmp_path / "out"
-    from compiler.cli import main
+    from cli.main import main
 
     assert main(["compile", str(spec), "-o", str(out)]) == 0
     before = snapshot(out)
     slow_compile = (
         "import sys, time\n"
-        "from compiler import cli, writer\n"
+        "from cli import main as cli\nfrom compiler import writer\n"
         "real = writer._write_file\n"
         "def slow(path, data):\n"
         "    real(path, data)\n"

@@ -212,7 +212,7 @@ def test_every_marker_is_one_the_runner_knows() -> None:
 
 
 def test_every_gpupolicy_subcommand_the_docs_show_exists() -> None:
-    from compiler.cli import COMMANDS
+    from cli.main import COMMANDS
 
     shown = {(b.where, m[1]) for blocks in ALL_BLOCKS.values() for b in blocks if b.lang in {"bash", "sh"}
              for m in re.finditer(r"(?:^|[\s|;&(`])gpupolicy\s+([a-z][a-z-]*)", b.text)}

@@ -8,7 +8,7 @@ import pytest
 
 from policy.diagnostics import PolicyError
 from policy.load import load_policies, load_policy, load_policy_or_raise
-from policy.offers import resolve_class
+from policy.resolve import resolve
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "clusters").glob("*/cluster.yaml"))
 
@@ -22,10 +22,10 @@ def test_every_bundled_example_is_valid_with_no_warnings(spec: Path) -> None:
 def test_the_seed_cluster_sizes_l20_to_8_replicas_and_t4_to_3() -> None:
     spec = Path(__file__).parents[2] / "examples" / "clusters" / "tke-l20-t4" / "cluster.yaml"
     policy = load_policy_or_raise(spec.read_text(), filename=str(spec))
-    l20, t4 = (resolve_class(nc) for nc in policy.spec.node_classes)
+    l20, t4 = resolve(policy).classes
     assert (l20.offers[0].resource, l20.offers[0].per_node, l20.sizing.reserve_mib) == ("nvidia.com/gpu", 8, 4606)
     assert (t4.offers[0].resource, t4.offers[0].per_node) == ("nvidia.com/gpu", 3)
-    assert l20.node_labels["nvidia.com/gpu.product"] == "NVIDIA-L20-SHARED"
+    assert l20.gfd_labels["nvidia.com/gpu.product"] == "NVIDIA-L20-SHARED"
 
 
 MINIMAL = """\
@@ -61,7 +61,7 @@ def test_an_unknown_model_with_its_memory_stated_is_accepted_without_mig() -> No
     text = (MINIMAL % "x").replace("model: T4, count: 1", "model: RTX-A6000, count: 2, memory: 49140Mi")
     result = load_policy(text, filename="x.yaml")
     assert result.ok
-    assert resolve_class(result.policy.spec.node_classes[0]).memory_mib == 49140
+    assert resolve(result.policy).classes[0].memory_mib == 49140
 
 
 def test_time_slicing_on_mig_devices_under_the_single_strategy_is_accepted() -> None:
@@ -74,10 +74,10 @@ def test_time_slicing_on_mig_devices_under_the_single_strategy_is_accepted() -> 
     )
     result = load_policy(text, filename="x.yaml")
     assert result.ok, result.diagnostics
-    resolved = resolve_class(result.policy.spec.node_classes[0])
+    resolved = resolve(result.policy).classes[0]
     offer = resolved.offers[0]
     assert (offer.resource, offer.per_node, offer.shared) == ("nvidia.com/gpu", 112, True)
-    assert resolved.node_labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED"
+    assert resolved.gfd_labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED"
 
 
 def test_a_mixed_mig_class_may_select_by_product_because_gfd_leaves_full_gpu_labels_alone() -> None:

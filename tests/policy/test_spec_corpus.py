@@ -10,7 +10,7 @@ from typing import get_args
 
 import pytest
 
-from compiler.cli import main
+from cli.main import main
 from policy.diagnostics import Code
 
 CORPUS = Path(__file__).parent.parent / "fixtures" / "specs" / "bad"
@@ -57,7 +57,7 @@ def test_every_finding_has_a_hint(capsys: pytest.CaptureFixture[str]) -> None:
 def test_the_installed_command_prints_no_traceback_for_any_broken_spec() -> None:
     # One real process over the whole corpus: what a user's shell sees, not an in-process call.
     result = subprocess.run(
-        [sys.executable, "-m", "compiler", "validate", *map(str, CASES)],
+        [sys.executable, "-m", "cli", "validate", *map(str, CASES)],
         capture_output=True, text=True, check=False,
     )
     assert result.returncode == 2  # the corpus includes unreadable and unparseable files

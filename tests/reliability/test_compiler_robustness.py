@@ -22,8 +22,8 @@ from harness import ROOT, Figures, paths_in
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cli.main import main as gpupolicy
 from compiler import writer
-from compiler.cli import main as gpupolicy
 from compiler.tree import MARKER
 
 EXAMPLES = sorted((ROOT / "examples" / "clusters").glob("*/cluster.yaml"))

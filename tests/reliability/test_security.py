@@ -12,7 +12,7 @@ import pytest
 import yaml
 from harness import ROOT, Figures, helpers, https, log_problems, manifests
 
-from compiler.cli import main as gpupolicy
+from cli.main import main as gpupolicy
 
 OUT_TREES = sorted((ROOT / "examples" / "clusters").glob("*/out"))
 

@@ -34,7 +34,7 @@ from webhook_support import (
     workload,
 )
 
-from compiler.cli import main as gpupolicy
+from cli.main import main as gpupolicy
 from webhook import tls
 
 pytestmark = pytest.mark.slow

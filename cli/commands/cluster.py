@@ -1,0 +1,124 @@
+"""gpupolicy cluster: compare a live cluster with a spec (verify), or draft a spec from one (discover)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cluster.snapshot import Access
+    from policy.model import ClusterGPUPolicy
+
+# A spec whose only errors are overlapping selectors can still be verified: the cluster then shows which nodes
+# really are selected twice, which is more useful than refusing.
+_VERIFIABLE_DESPITE = frozenset({"overlapping-node-classes"})
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", metavar="SUBCOMMAND", parser_class=type(parser))
+    verify = actions.add_parser(
+        "verify", help="report where the live cluster differs from a spec (read-only)",
+        description="Read nodes, device-plugin DaemonSets, Pending GPU pods and their events, and report per node "
+                    "class and per node where the cluster differs from the spec. Exit 1 when it differs.")
+    verify.add_argument("-p", "--policy", required=True, metavar="SPEC", help="the cluster spec to verify against")
+    verify.add_argument("--output", "-O", choices=("text", "json"), default="text",
+                        help="how to print the result (default: text)")
+    _access_arguments(verify)
+    discover = actions.add_parser(
+        "discover", help="draft a spec from the cluster's GPU nodes (read-only)",
+        description="Group the GPU nodes by GPU Feature Discovery and instance-type labels and print a draft spec "
+                    "with one class per group and disjoint selectors.")
+    discover.add_argument("--name", help="metadata.name of the draft (default: derived from the context)")
+    discover.add_argument("--schema", metavar="URL",
+                          help="JSON Schema location for the yaml-language-server comment "
+                               "(default: the published cluster-policy schema)")
+    _access_arguments(discover)
+
+
+def _access_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    parser.add_argument("--context", help="kubeconfig context (default: its current-context)")
+    parser.add_argument("--request-timeout", type=float, default=10.0, metavar="SECONDS",
+                        help="give up on an API request after this long (default: %(default)g)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from cli.main import ExitCode
+    from cluster import ClusterError
+
+    if args.action is None:
+        print("gpupolicy cluster: choose an action: verify or discover (see gpupolicy cluster --help)",
+              file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    try:
+        return _verify(args) if args.action == "verify" else _discover(args)
+    except ClusterError as err:
+        print(f"gpupolicy cluster {args.action}: error: {err.message}\n  hint: {err.hint}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+
+
+def _access(args: argparse.Namespace) -> Access:
+    from cluster.snapshot import Access
+
+    return Access(args.kubeconfig, args.context, args.request_timeout)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from cli.main import ExitCode
+    from cluster import expected, render, snapshot, verify
+    from compiler import compile_policy
+
+    policy = _load(args.policy)
+    if policy is None:
+        return ExitCode.BAD_INPUT
+    wanted = expected.from_tree(compile_policy(policy))
+    seen = snapshot.read_snapshot(_access(args), scope="verify", configmap_namespaces=wanted.namespaces)
+    result = verify.verify(seen, policy, wanted)
+    code = ExitCode.OK if result.agrees else ExitCode.FINDINGS
+    sys.stdout.write(render.render_json(result, int(code)) if args.output == "json" else render.render_text(result))
+    return code
+
+
+def _load(path: str) -> ClusterGPUPolicy | None:
+    """The policy, or None after printing why it cannot be verified against."""
+    from cli.inputs import read_text
+    from cli.reporters import Report, render_text
+    from policy.diagnostics import Diagnostic
+    from policy.load import load_policy
+
+    # Not load_spec: verify can look past some errors, so it needs the policy even when they are found.
+    text = read_text(path)
+    if isinstance(text, Diagnostic):
+        result, found = None, [text]
+    else:
+        result = load_policy(text, filename=path)
+        found = [d for d in result.diagnostics if d.severity == "error"]
+    blocking = [d for d in found if d.code not in _VERIFIABLE_DESPITE]
+    if result is None or result.policy is None or blocking:
+        sys.stderr.write(render_text(Report(diagnostics=blocking or found, files=1)))
+        print("gpupolicy cluster verify: error: the spec cannot be used as it is, so there is nothing sound to verify "
+              "against\n  hint: fix what is reported above (gpupolicy validate checks the spec)", file=sys.stderr)
+        return None
+    if found:
+        print(f"gpupolicy cluster verify: note: the spec has {len(found)} error(s) verify can look past "
+              f"({', '.join(sorted({d.code for d in found}))}); gpupolicy validate lists them", file=sys.stderr)
+    return result.policy
+
+
+def _discover(args: argparse.Namespace) -> int:
+    from cli.main import ExitCode
+    from cli.reporters import Report, render_text
+    from cluster import discover, snapshot
+    from policy.load import load_policy
+
+    seen = snapshot.read_snapshot(_access(args), scope="discover")
+    name = args.name or discover.dns_label(seen.context) or "discovered"
+    text = discover.render_draft(discover.discover(seen, name=name), schema=args.schema or discover.DEFAULT_SCHEMA)
+    sys.stdout.write(text)
+    errors = [d for d in load_policy(text, filename="<draft>").diagnostics if d.severity == "error"]
+    if errors:
+        sys.stderr.write(render_text(Report(diagnostics=errors, files=1)))
+        print("gpupolicy cluster discover: the draft needs the edits above before it validates", file=sys.stderr)
+        return ExitCode.FINDINGS
+    return ExitCode.OK

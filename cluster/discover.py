@@ -1,0 +1,472 @@
+"""A draft cluster spec from what a cluster's nodes say: one class per kind of GPU node, with disjoint selectors."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from cluster import ClusterError, facts
+from cluster.resources import DaemonSet, Node, Snapshot
+from compiler import serialize
+from policy import catalog, selectors
+from policy.model import API_VERSION, KIND, PluginFlags
+
+DEFAULT_SCHEMA = "https://gpupolicy.dev/schemas/cluster-policy.schema.json"
+ISSUE = "#6"
+# Labels a class must never be selected by: GFD and the operator rewrite nvidia.com/* (T4 -> T4-SHARED), NFD's
+# describe hardware, and the rest name one node or its place rather than its kind.
+_NEVER = ("nvidia.com/", "feature.node.kubernetes.io/", "kubernetes.io/hostname", "topology.kubernetes.io/",
+          "failure-domain.beta.kubernetes.io/", "topology.", "node-role.kubernetes.io/", "kubernetes.io/arch",
+          "kubernetes.io/os", "beta.kubernetes.io/arch", "beta.kubernetes.io/os", "node.kubernetes.io/exclude",
+          "gpupolicy.dev/")
+_INSTANCE_TYPES = (facts.INSTANCE_TYPE, "beta.kubernetes.io/instance-type")
+_POOLS = ("karpenter.sh/nodepool", "eks.amazonaws.com/nodegroup", "cloud.google.com/gke-nodepool",
+          "kubernetes.azure.com/agentpool", "agentpool", "alibabacloud.com/nodepool-id",
+          "tke.cloud.tencent.com/nodepool-id", "node-pool", "nodepool", "gpu-pool")
+_GPU_WORDS = re.compile(r"gpu|nvidia|accelerator", re.IGNORECASE)
+_FALLBACK_KEY = "gpupolicy.dev/node-class"
+_VERSION = re.compile(r"^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
+_KUBELET = re.compile(r"^v?(\d+)\.(\d+)")
+
+
+class DiscoverError(ClusterError):
+    """The cluster gives nothing to draft from."""
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """What makes two GPU nodes the same kind: GPU model, count, memory, MIG capability, instance type."""
+
+    model: str
+    count: int
+    memory_mib: int | None
+    mig_capable: bool
+    instance_type: str
+
+
+@dataclass(frozen=True)
+class DraftClass:
+    name: str
+    key: GroupKey
+    nodes: tuple[Node, ...]
+    node_selector: Mapping[str, str]
+    selector_notes: Mapping[str, str]
+    """Label key -> why it is in the selector (a YAML comment)."""
+    gpu: catalog.GpuModel | None
+
+    @property
+    def stated_memory_mib(self) -> int | None:
+        """Memory the spec must state: always for a model the catalog lacks, and when the nodes report less
+        than the catalog (old drivers, ECC), so sizing starts from what the nodes have."""
+        if self.key.memory_mib is None:
+            return None
+        if self.gpu is None or self.key.memory_mib < self.gpu.memory_mib:
+            return self.key.memory_mib
+        return None
+
+
+@dataclass(frozen=True)
+class DraftPlugin:
+    deploy: str = "standalone"
+    version: str | None = None
+    image: str | None = None
+    namespace: str | None = None
+    flags: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
+    """Where the values come from, for the comment."""
+
+
+@dataclass(frozen=True)
+class Draft:
+    name: str
+    context: str
+    server: str
+    nodes: int
+    kubernetes_version: str | None
+    plugin: DraftPlugin
+    classes: tuple[DraftClass, ...]
+    skipped: tuple[str, ...]
+    """GPU nodes left out, with why."""
+
+
+def discover(snapshot: Snapshot, *, name: str) -> Draft:
+    """Group the GPU nodes and draft one class per group; raises DiscoverError when no node has GFD labels."""
+    gpu_nodes = [n for n in snapshot.nodes if facts.is_gpu_node(n)]
+    labelled = [n for n in gpu_nodes if facts.PRODUCT in n.labels]
+    if not labelled:
+        raise DiscoverError(
+            f"{'none of the ' + str(len(gpu_nodes)) if gpu_nodes else 'none of the'} GPU nodes carries GPU Feature "
+            "Discovery labels (nvidia.com/gpu.product), so their GPU models are unknown",
+            "deploy GPU Feature Discovery (device-plugin Helm chart: --set gfd.enabled=true) and run discover again")
+    groups = _groups(labelled)
+    others = [n for n in snapshot.nodes if n not in labelled]
+    selected = _selectors(groups, others)
+    classes = tuple(DraftClass(name_, key, tuple(nodes), sel, notes, _lookup(key.model))
+                    for (name_, key, nodes), (sel, notes) in zip(_named(groups), selected, strict=True))
+    skipped = tuple(f"{n.name}: GPUs without GFD labels" for n in gpu_nodes if n not in labelled)
+    return Draft(name, snapshot.context, snapshot.server, len(snapshot.nodes), _kubernetes_version(snapshot.nodes),
+                 _plugin(snapshot.daemonsets), classes, skipped)
+
+
+def _lookup(model: str) -> catalog.GpuModel | None:
+    return catalog.lookup(model) or catalog.lookup(f"NVIDIA-{model}")
+
+
+# --- grouping ---------------------------------------------------------------------------------------------------
+
+
+def group_key(node: Node) -> GroupKey:
+    product = facts.parse_product(node.labels[facts.PRODUCT])
+    # Under MIG single, gpu.count counts MIG devices and gpu.memory is one device's: neither describes the GPU.
+    mig_single = product.mig_profile is not None
+    return GroupKey(
+        model=product.model,
+        count=facts.label_int(node.labels, facts.COUNT) or 1,
+        memory_mib=None if mig_single else facts.memory_mib(node.labels),
+        mig_capable=node.labels.get(facts.MIG_CAPABLE) == "true" or mig_single,
+        instance_type=node.labels.get(facts.INSTANCE_TYPE, ""),
+    )
+
+
+def _groups(nodes: Iterable[Node]) -> dict[GroupKey, list[Node]]:
+    groups: dict[GroupKey, list[Node]] = {}
+    for node in sorted(nodes, key=lambda n: n.name):
+        groups.setdefault(group_key(node), []).append(node)
+    return dict(sorted(groups.items(), key=lambda kv: (kv[0].model, kv[0].count, kv[0].instance_type)))
+
+
+def _named(groups: Mapping[GroupKey, list[Node]]) -> list[tuple[str, GroupKey, list[Node]]]:
+    names = [class_name(key.model) for key in groups]
+    out, used = [], set()
+    for base, (key, nodes) in zip(names, groups.items(), strict=True):
+        name = base if names.count(base) == 1 else dns_label(f"{base}-{key.count}x-{key.instance_type}") or base
+        while name in used:
+            name = dns_label(f"{name[:36]}-{len(used) + 1}")
+        used.add(name)
+        out.append((name, key, nodes))
+    return out
+
+
+def class_name(model: str) -> str:
+    """A class name from a GPU model: its shortest catalog alias (``NVIDIA-L20`` -> ``l20``), else the product."""
+    found = _lookup(model)
+    names = (*found.aliases, found.product) if found else (model.removeprefix("NVIDIA-"),)
+    return dns_label(min(names, key=len)) or "gpu"
+
+
+def dns_label(text: str) -> str:
+    """``text`` as a lowercase DNS label of at most 40 characters (what class and cluster names must be)."""
+    return re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]", "-", text.lower())).strip("-")[:40].strip("-")
+
+
+# --- selectors --------------------------------------------------------------------------------------------------
+
+
+def _constant_labels(nodes: Iterable[Node]) -> dict[str, str]:
+    """Labels every node of the group carries with one value, minus those a class must never select by."""
+    nodes = list(nodes)
+    common = {k: v for k, v in nodes[0].labels.items() if not k.startswith(_NEVER)}
+    for node in nodes[1:]:
+        common = {k: v for k, v in common.items() if node.labels.get(k) == v}
+    return common
+
+
+def _preference(key: str) -> tuple[int, int, str]:
+    """Instance type first (the GA label before the beta one), then node-pool labels, then anything else."""
+    if key in _INSTANCE_TYPES:
+        return (0, _INSTANCE_TYPES.index(key), key)
+    if key in _POOLS:
+        return (1, _POOLS.index(key), key)
+    if "pool" in key.lower() or "nodegroup" in key.lower():
+        return (1, len(_POOLS), key)
+    return (2, 0, key)
+
+
+Selector = tuple[dict[str, str], dict[str, str]]
+"""A class's nodeSelector and, per key, the comment saying why it is there."""
+
+
+def _selectors(groups: Mapping[GroupKey, list[Node]], others: list[Node]) -> list[Selector]:
+    """Per group, a selector provably disjoint from every other group's: each pair shares a key with different
+    values (what `overlapping-node-classes` checks), chosen instance type first, then pool labels."""
+    constant = [_constant_labels(nodes) for nodes in groups.values()]
+    chosen: list[dict[str, str]] = [{} for _ in constant]
+    notes: list[dict[str, str]] = [{} for _ in constant]
+    _gate(groups, others, constant, chosen, notes)
+    for i in range(len(constant)):
+        for j in range(i + 1, len(constant)):
+            if not selectors.conflicting_key(chosen[i], chosen[j]):
+                _separate(i, j, constant, chosen, notes)
+    for i in range(len(constant)):
+        _exclude_others(i, others, constant, chosen, notes)
+    return list(zip(chosen, notes, strict=True))
+
+
+def _gate(groups: Mapping[GroupKey, list[Node]], others: list[Node], constant: list[dict[str, str]],
+          chosen: list[dict[str, str]], notes: list[dict[str, str]]) -> None:
+    """A label that marks exactly the GPU nodes (TKE's nvidia-device-enable=enable) keeps every class off
+    non-GPU nodes even if one of them shares an instance type later."""
+    shared = {k: v for k, v in constant[0].items() if all(c.get(k) == v for c in constant[1:])}
+    for key, value in sorted(shared.items()):
+        if _GPU_WORDS.search(f"{key}={value}") and all(n.labels.get(key) != value for n in others
+                                                         if not facts.is_gpu_node(n)):
+            for i in range(len(chosen)):
+                chosen[i][key] = value
+                notes[i][key] = "marks exactly the GPU nodes"
+            return
+
+
+def _separate(i: int, j: int, constant: list[dict[str, str]], chosen: list[dict[str, str]],
+              notes: list[dict[str, str]]) -> None:
+    keys = sorted((k for k in constant[i].keys() & constant[j].keys() if constant[i][k] != constant[j][k]),
+                  key=_preference)
+    key = keys[0] if keys else _FALLBACK_KEY
+    for side in (i, j):
+        if key == _FALLBACK_KEY:
+            chosen[side].setdefault(key, "")  # filled with the class name by the renderer
+            notes[side][key] = f"TODO({ISSUE}): no label tells these nodes apart; label them with it"
+        elif key not in chosen[side]:
+            chosen[side][key] = constant[side][key]
+            notes[side][key] = "differs between the classes"
+
+
+def _exclude_others(i: int, others: list[Node], constant: list[dict[str, str]], chosen: list[dict[str, str]],
+                    notes: list[dict[str, str]]) -> None:
+    """Add keys until the selector selects no node outside the group (and is never empty)."""
+    for key in sorted(constant[i], key=_preference):
+        stray = _stray(chosen[i], others)
+        if chosen[i] and not stray:
+            return
+        if key in chosen[i]:
+            continue
+        if not chosen[i] or any(n.labels.get(key) != constant[i][key] for n in stray):
+            notes[i][key] = "keeps the class off other nodes" if chosen[i] else "names this kind of node"
+            chosen[i][key] = constant[i][key]
+    stray = _stray(chosen[i], others)
+    if stray or not chosen[i]:
+        names = ", ".join(n.name for n in stray[:3]) + (", ..." if len(stray) > 3 else "")
+        why = f"no label tells these nodes from {names}" if stray else "these nodes share no usable label"
+        chosen[i][_FALLBACK_KEY] = ""
+        notes[i][_FALLBACK_KEY] = f"TODO({ISSUE}): {why}; label them with it"
+
+
+def _stray(selector: Mapping[str, str], others: list[Node]) -> list[Node]:
+    reqs = selectors.requirements_from(selector)
+    return [n for n in others if selectors.matches(reqs, n.labels)] if selector else list(others)
+
+
+# --- the device plugin that runs now ---------------------------------------------------------------------------
+
+
+def _plugin(daemonsets: Iterable[DaemonSet]) -> DraftPlugin:
+    plugins = sorted((ds for ds in daemonsets if facts.is_device_plugin(ds)), key=lambda ds: (-ds.desired, ds.key))
+    if not plugins:
+        return DraftPlugin(source="no NVIDIA device plugin DaemonSet found: the spec's defaults apply")
+    ds = plugins[0]
+    container = next(c for c in ds.containers if facts.runs_device_plugin(c))
+    tag = facts.image_version(container.image)
+    version = tag if tag and _VERSION.match(tag) else None
+    if any(o.kind == "ClusterPolicy" for o in ds.owners):
+        return DraftPlugin("gpu-operator", version, None, ds.namespace, {}, f"from GPU Operator DaemonSet {ds.key}")
+    return DraftPlugin("standalone", version, container.image, ds.namespace, _flags(container.args),
+                       f"from DaemonSet {ds.key}")
+
+
+_FLAG_ARGS = {
+    "--fail-on-init-error": "failOnInitError",
+    "--pass-device-specs": "passDeviceSpecs",
+    "--device-list-strategy": "deviceListStrategy",
+    "--device-id-strategy": "deviceIdStrategy",
+    "--nvidia-driver-root": "nvidiaDriverRoot",
+}
+
+
+def _flags(args: Iterable[str]) -> dict[str, Any]:
+    """The plugin's command-line flags that the spec carries, where they differ from the spec's defaults."""
+    defaults = PluginFlags().model_dump(by_alias=True)
+    out: dict[str, Any] = {}
+    for arg in args:
+        flag, _, raw = arg.partition("=")
+        key = _FLAG_ARGS.get(flag)
+        if key is None:
+            continue
+        value: Any = raw.lower() == "true" if isinstance(defaults[key], bool) else raw
+        if value != defaults[key]:
+            out[key] = value
+    return out
+
+
+def _kubernetes_version(nodes: Iterable[Node]) -> str | None:
+    versions = sorted((int(m[1]), int(m[2])) for n in nodes if (m := _KUBELET.match(n.kubelet_version)))
+    return f"{versions[0][0]}.{versions[0][1]}" if versions else None
+
+
+# --- rendering: YAML with comments ------------------------------------------------------------------------------
+
+
+def draft_data(draft: Draft) -> dict[str, Any]:
+    """The draft as data: exactly what `render_draft`'s text loads as."""
+    spec: dict[str, Any] = {}
+    if draft.kubernetes_version:
+        spec["kubernetesVersion"] = draft.kubernetes_version
+    spec["devicePlugin"] = _plugin_data(draft.plugin)
+    spec["nodeClasses"] = [_class_data(c) for c in draft.classes]
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": draft.name}, "spec": spec}
+
+
+def _plugin_data(plugin: DraftPlugin) -> dict[str, Any]:
+    data: dict[str, Any] = {"deploy": plugin.deploy}
+    if plugin.version:
+        data["version"] = plugin.version
+    if plugin.image:
+        data["image"] = plugin.image
+    if plugin.deploy == "gpu-operator":
+        if plugin.namespace:
+            data["operator"] = {"namespace": plugin.namespace}
+    elif plugin.namespace:
+        data["namespace"] = plugin.namespace
+    if plugin.flags:
+        data["flags"] = dict(plugin.flags)
+    return data
+
+
+def _class_data(draft: DraftClass) -> dict[str, Any]:
+    gpu: dict[str, Any] = {"model": draft.gpu.product if draft.gpu else draft.key.model, "count": draft.key.count}
+    if draft.stated_memory_mib is not None:
+        gpu["memory"] = f"{draft.stated_memory_mib}Mi"
+    return {
+        "name": draft.name,
+        "description": _description(draft),
+        "nodeSelector": {k: v or draft.name for k, v in draft.node_selector.items()},
+        "nodes": len(draft.nodes),
+        "gpu": gpu,
+        "sharing": "exclusive",
+    }
+
+
+def _description(draft: DraftClass) -> str:
+    model = draft.gpu.display_name if draft.gpu else draft.key.model
+    where = f" on {draft.key.instance_type}" if draft.key.instance_type else ""
+    return f"{draft.key.count}x {model}{where}"
+
+
+def render_draft(draft: Draft, *, schema: str = DEFAULT_SCHEMA) -> str:
+    """The draft spec as commented YAML; every value is written by the YAML dumper, so it loads as `draft_data`."""
+    data = draft_data(draft)
+    lines = [f"# yaml-language-server: $schema={schema}", "#", *_header(draft),
+             f"apiVersion: {_scalar(data['apiVersion'])}", f"kind: {_scalar(data['kind'])}",
+             "metadata:", f"  name: {_scalar(draft.name)}", "spec:"]
+    spec = data["spec"]
+    if "kubernetesVersion" in spec:
+        lines.append(f"  kubernetesVersion: {_scalar(spec['kubernetesVersion'])}  # the oldest kubelet among the nodes")
+    lines += _block("devicePlugin", spec["devicePlugin"], 1, draft.plugin.source)
+    lines.append("  nodeClasses:")
+    for draft_class, class_data in zip(draft.classes, spec["nodeClasses"], strict=True):
+        lines += _class_lines(draft_class, class_data)
+    return "\n".join(lines) + "\n"
+
+
+def _header(draft: Draft) -> list[str]:
+    gpu_nodes = sum(len(c.nodes) for c in draft.classes)
+    lines = [
+        f"# Drafted by `gpupolicy cluster discover` from context {draft.context} ({draft.server}): {draft.nodes} "
+        f"nodes, {gpu_nodes} with GPU Feature Discovery labels, grouped by GPU model, count, memory, MIG "
+        "capability and instance type into one class each.",
+        f"# TODO({ISSUE}): decide each class's sharing (placeholder: exclusive), then run `gpupolicy validate` "
+        "and `gpupolicy compile`.",
+    ]
+    lines += [f"# Not drafted: {s}." for s in draft.skipped]
+    return _wrap(lines)
+
+
+def _wrap(lines: list[str], width: int = 118) -> list[str]:
+    out = []
+    for line in lines:
+        prefix = line[: len(line) - len(line.lstrip(" #"))]
+        words, current = line[len(prefix):].split(" "), prefix
+        for word in words:
+            if len(current) + len(word) + 1 > width and current.strip(" #"):
+                out.append(current.rstrip())
+                current = prefix
+            current += word + " "
+        out.append(current.rstrip())
+    return out
+
+
+def _class_lines(draft: DraftClass, data: dict[str, Any]) -> list[str]:
+    pad = "      "
+    lines = _wrap([f"    # {c}" for c in _class_comments(draft)])
+    lines.append(f"    - name: {_scalar(data['name'])}")
+    lines.append(f"{pad}description: {_scalar(data['description'])}")
+    lines.append(f"{pad}nodeSelector:")
+    for key, value in data["nodeSelector"].items():
+        note = draft.selector_notes.get(key)
+        lines.append(f"{pad}  {_scalar(key)}: {_scalar(value)}" + (f"  # {note}" if note else ""))
+    lines.append(f"{pad}nodes: {data['nodes']}  # for the capacity report")
+    lines.append(f"{pad}gpu:")
+    lines.append(f"{pad}  model: {_scalar(data['gpu']['model'])}")
+    lines.append(f"{pad}  count: {data['gpu']['count']}" + _count_note(draft))
+    if "memory" in data["gpu"]:
+        lines.append(f"{pad}  memory: {_scalar(data['gpu']['memory'])}  # nvidia.com/gpu.memory as the nodes report it")
+    lines += _wrap([f"{pad}# {c}" for c in _sharing_comments(draft)])
+    lines.append(f"{pad}sharing: {data['sharing']}")
+    return lines
+
+
+def _class_comments(draft: DraftClass) -> list[str]:
+    names = ", ".join(n.name for n in draft.nodes[:5]) + (", ..." if len(draft.nodes) > 5 else "")
+    memory = f", {draft.key.memory_mib} MiB each" if draft.key.memory_mib else ""
+    out = [f"{len(draft.nodes)} node(s) with {draft.key.count}x {draft.key.model}{memory}: {names}"]
+    seen = (_seen(draft.nodes, key, name) for key, name in _SEEN_LABELS)
+    out.append("GFD today: " + ", ".join(s for s in seen if s))
+    if draft.gpu is None:
+        out.append("not in the catalog: gpu.memory is stated so sizing works; MIG and MPS limits are unknown")
+    return out
+
+
+_SEEN_LABELS = ((facts.PRODUCT, "product"), (facts.REPLICAS, "replicas"), (facts.SHARING_STRATEGY, "sharing"),
+                (facts.MIG_STRATEGY, "MIG strategy"), ("nvidia.com/mig.config", "MIG config"))
+
+
+def _seen(nodes: Iterable[Node], key: str, name: str) -> str:
+    values = sorted({n.labels[key] for n in nodes if key in n.labels})
+    return f"{name} {' / '.join(values)}" if values else ""
+
+
+def _count_note(draft: DraftClass) -> str:
+    seen = {facts.parse_product(n.labels[facts.PRODUCT]).mig_profile for n in draft.nodes}
+    if seen - {None}:
+        return f"  # TODO({ISSUE}): MIG single counts MIG devices here; set the physical GPUs per node"
+    return ""
+
+
+def _sharing_comments(draft: DraftClass) -> list[str]:
+    choices = ["timeSlicing: {replicas: N} or {sizing: {memoryPerReplica: <measured memory of one process>, "
+               "reserve: 10%}}", "mps: {replicas: N} (device plugin v0.15+, memory limit per client)"]
+    model = draft.gpu
+    if model is not None and model.mig is not None:
+        profiles = ", ".join(f"{p.name} x{p.max_count}" for p in model.mig.profiles if "+" not in p.name)
+        choices.append(f"mig: {{strategy: mixed, layout: {{...}}}} (profiles per GPU: {profiles})")
+    choices.append("or keep exclusive")
+    return [f"TODO({ISSUE}): choose the sharing mode: " + "; ".join(choices) + "."]
+
+
+def _block(key: str, value: Mapping[str, Any], depth: int, note: str = "") -> list[str]:
+    pad = "  " * depth
+    lines = [f"{pad}{key}:" + (f"  # {note}" if note else "")]
+    for k, v in value.items():
+        if isinstance(v, Mapping):
+            lines += _block(k, v, depth + 1)
+        else:
+            lines.append(f"{pad}  {_scalar(k)}: {_scalar(v)}")
+    return lines
+
+
+def _scalar(value: Any) -> str:
+    """One scalar as the project's YAML dumper writes it (quoted when a reader could take it for another type)."""
+    text = yaml.dump(value, Dumper=serialize.Dumper, default_flow_style=True, width=10**6)
+    return text.removesuffix("\n").removesuffix("\n...").strip()

@@ -1,0 +1,58 @@
+"""What the compiled tree says must run in the cluster: device-plugin DaemonSets and the ConfigMaps they mount."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import yaml
+
+from cluster import facts
+from cluster.resources import ConfigMap, DaemonSet, configmap_from, daemonset_from
+from compiler.objects import NODE_CLASS_LABEL
+
+# Components of the tree whose objects live on GPU nodes; admission/ is the webhook's business, not a node's.
+_NODE_COMPONENTS = ("device-plugin/", "mig/")
+
+
+@dataclass(frozen=True)
+class ExpectedDaemonSet:
+    """A DaemonSet of the tree, parsed like a live one, plus the class it serves."""
+
+    node_class: str
+    daemonset: DaemonSet
+
+    @property
+    def is_plugin(self) -> bool:
+        """The device plugin itself (not the MPS control daemon that runs beside it)."""
+        return facts.is_device_plugin(self.daemonset)
+
+
+@dataclass(frozen=True)
+class Expected:
+    daemonsets: tuple[ExpectedDaemonSet, ...]
+    configmaps: tuple[ConfigMap, ...]
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        found = {d.daemonset.namespace for d in self.daemonsets} | {c.namespace for c in self.configmaps}
+        return tuple(sorted(found))
+
+
+def from_tree(tree: Mapping[str, bytes]) -> Expected:
+    """The node-side objects of a compiled tree (``compile_policy``'s output): the single source of truth for
+    names, content-hashed ConfigMap names, images and selectors."""
+    daemonsets, configmaps = [], []
+    for path in sorted(tree):
+        if not path.startswith(_NODE_COMPONENTS) or not path.endswith(".yaml"):
+            continue
+        obj = yaml.safe_load(tree[path])
+        if not isinstance(obj, Mapping):
+            continue
+        if obj.get("kind") == "DaemonSet":
+            parsed = daemonset_from(obj)
+            node_class = parsed.selector.get(NODE_CLASS_LABEL) or parsed.labels.get(NODE_CLASS_LABEL, "")
+            daemonsets.append(ExpectedDaemonSet(node_class, parsed))
+        elif obj.get("kind") == "ConfigMap":
+            configmaps.append(configmap_from(obj))
+    return Expected(tuple(daemonsets), tuple(configmaps))

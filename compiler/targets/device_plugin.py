@@ -1,0 +1,244 @@
+"""The NVIDIA device plugin: its config file per node class, and standalone, one DaemonSet per class to run it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compiler import objects, serialize
+from compiler.objects import Obj
+from policy.labels import MPS_CAPABLE
+from policy.model import ClusterGPUPolicy, DevicePlugin
+from policy.resolve import GPU, ResolvedClass, ResolvedPolicy
+
+PLUGIN_APP = "nvidia-device-plugin"
+MPS_APP = "mps-control-daemon"
+CONFIG_DIR = "/etc/nvidia/device-plugin"
+KUBELET_DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
+# The MPS root the Helm chart and the GPU Operator use (device-plugin.md §5.2, §7).
+MPS_ROOT = "/run/nvidia/mps"
+
+# Env every plugin container gets, as the Helm chart sets it (device-plugin.md §5.2).  Flags are NOT
+# set through env: env beats the config file (§2), and the file must be the one source of truth.
+BASE_ENV = (
+    {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"},
+    {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+)
+# The plugin is small: the seed's TKE DaemonSet ran with 100m/100Mi.  No CPU limit (throttling a
+# node-critical pod helps no one); a memory limit with room for MIG nodes that list many devices.
+def _resources() -> Obj:
+    return {"limits": {"memory": "256Mi"}, "requests": {"cpu": "50m", "memory": "100Mi"}}
+
+
+def config_path(node_class: str) -> str:
+    """Where a class's config file is mounted; --config-file points at this file, never at its directory."""
+    return f"{CONFIG_DIR}/{node_class}.yaml"
+
+
+# ----------------------------------------------------------------------- the config file (api/config/v1)
+
+
+def render_config(plugin: DevicePlugin, node_class: ResolvedClass) -> Obj:
+    """The v1 config file of one class, in the format the targeted plugin release reads (device-plugin.md §2)."""
+    config: Obj = {"version": "v1", "flags": _flags(plugin, node_class)}
+    sharing = _sharing(plugin, node_class)
+    if sharing:
+        config["sharing"] = sharing
+    return config
+
+
+def render_config_text(plugin: DevicePlugin, node_class: ResolvedClass) -> str:
+    return serialize.dump_yaml(render_config(plugin, node_class)).decode("utf-8")
+
+
+def _flags(plugin: DevicePlugin, node_class: ResolvedClass) -> Obj:
+    flags: Obj = {"migStrategy": node_class.mig_strategy}
+    if plugin.deploy == "gpu-operator":
+        # The operator sets these through env, which beats the file (device-plugin.md §7): writing them
+        # here would only mislead a reader.
+        return flags
+    spec_flags = plugin.flags
+    flags["failOnInitError"] = spec_flags.fail_on_init_error
+    flags["nvidiaDriverRoot"] = spec_flags.nvidia_driver_root
+    strategy: Any = spec_flags.device_list_strategy
+    if plugin.version_tuple == (0, 14, 0):
+        strategy = [strategy]  # v0.14.0 parses deviceListStrategy only as a list (fixed in v0.14.1)
+    flags["plugin"] = {
+        "deviceIDStrategy": spec_flags.device_id_strategy,
+        "deviceListStrategy": strategy,
+        "passDeviceSpecs": spec_flags.pass_device_specs,
+    }
+    if node_class.mps_daemon:
+        flags["mpsRoot"] = MPS_ROOT  # MPS requires it ("using MPS requires --mps-root to be specified")
+    return flags
+
+
+def _sharing(plugin: DevicePlugin, node_class: ResolvedClass) -> Obj:
+    sharing = node_class.spec.sharing
+    if sharing.time_slicing is not None:
+        return {"timeSlicing": _replicated(sharing.time_slicing.rename_by_default,
+                                           sharing.time_slicing.fail_requests_greater_than_one,
+                                           [(GPU, node_class.replicas)])}
+    if sharing.mps is not None:
+        # v0.15 to v0.19 force failRequestsGreaterThanOne=true for MPS; only v0.20 keeps an explicit false.
+        fail = sharing.mps.fail_requests_greater_than_one or plugin.version_tuple < (0, 20, 0)
+        return {"mps": _replicated(sharing.mps.rename_by_default, fail, [(GPU, node_class.replicas)])}
+    if sharing.mig is not None:
+        resources = [
+            (offer.resource, offer.replicas)
+            for offer in node_class.offers
+            if offer.replicas >= 2  # the plugin rejects replicas < 2 ("number of replicas must be >= 2")
+        ]
+        if resources:
+            return {"timeSlicing": _replicated(False, sharing.mig.fail_requests_greater_than_one, resources)}
+    return {}
+
+
+def _replicated(rename_by_default: bool, fail_above_one: bool, resources: list[tuple[str, int]]) -> Obj:
+    return {
+        "failRequestsGreaterThanOne": fail_above_one,
+        "renameByDefault": rename_by_default,
+        "resources": [{"name": name, "replicas": replicas} for name, replicas in sorted(resources)],
+    }
+
+
+# ----------------------------------------------------------------------- standalone: per-class DaemonSets
+
+
+def render_standalone(resolved: ResolvedPolicy) -> dict[str, Obj]:
+    """File stem -> object: per class one ConfigMap (content-named) and one plugin DaemonSet, plus the MPS
+    control daemon of MPS classes.  Each class's objects depend on that class alone, so changing one class
+    leaves every other class's DaemonSet byte-identical."""
+    policy = resolved.policy
+    out: dict[str, Obj] = {}
+    for node_class in sorted(resolved.classes, key=lambda nc: nc.name):
+        config_map = _class_config_map(policy, node_class)
+        name = config_map["metadata"]["name"]
+        out[f"configmap-{node_class.name}"] = config_map
+        out[f"daemonset-{node_class.name}"] = _plugin_daemon_set(policy, node_class, name)
+        if node_class.mps_daemon:
+            out[f"daemonset-mps-control-daemon-{node_class.name}"] = _mps_daemon_set(policy, node_class, name)
+    return out
+
+
+def _class_config_map(policy: ClusterGPUPolicy, node_class: ResolvedClass) -> Obj:
+    plugin = policy.spec.device_plugin
+    return objects.config_map(
+        f"{PLUGIN_APP}-{node_class.name}",
+        {node_class.name: render_config_text(plugin, node_class)},
+        namespace=plugin.namespace,
+        labels=objects.labels(policy, "device-plugin", **{objects.NODE_CLASS_LABEL: node_class.name}),
+    )
+
+
+def _config_volume(node_class: ResolvedClass, config_map_name: str) -> Obj:
+    return objects.config_file_volume("config", config_map_name, node_class.name, f"{node_class.name}.yaml")
+
+
+def _config_mount() -> Obj:
+    return {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}
+
+
+def _plugin_daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, config_map_name: str) -> Obj:
+    plugin = policy.spec.device_plugin
+    mps = node_class.mps_daemon
+    mounts = [{"name": "device-plugins", "mountPath": KUBELET_DEVICE_PLUGINS}, _config_mount()]
+    volumes = [objects.host_path_volume("device-plugins", KUBELET_DEVICE_PLUGINS, "Directory"),
+               _config_volume(node_class, config_map_name)]
+    env = list(BASE_ENV)
+    if node_class.mig_strategy != "none":
+        env.append({"name": "NVIDIA_MIG_MONITOR_DEVICES", "value": "all"})  # Helm: unless every strategy is none
+    if mps:
+        env.append({"name": "MPS_ROOT", "value": MPS_ROOT})
+        # The plugin health-checks the MPS daemon through its shm and pipe dirs (Helm chart template).
+        mounts += [{"name": "mps-root", "mountPath": "/mps"}, {"name": "mps-shm", "mountPath": "/dev/shm"}]
+        volumes += _mps_volumes()
+    if plugin.flags.device_list_strategy.startswith("cdi"):
+        # CDI strategies write specs to /var/run/cdi and read the driver at /driver-root (Helm chart).
+        mounts += [{"name": "cdi-root", "mountPath": "/var/run/cdi"},
+                   {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True}]
+        volumes += [objects.host_path_volume("cdi-root", "/var/run/cdi", "DirectoryOrCreate"),
+                    objects.host_path_volume("driver-root", plugin.flags.nvidia_driver_root, "Directory")]
+    container = {
+        "name": "nvidia-device-plugin-ctr",
+        "image": plugin.effective_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["nvidia-device-plugin"],
+        "args": [f"--config-file={config_path(node_class.name)}"],
+        "env": sorted(env, key=lambda e: e["name"]),
+        "resources": _resources(),
+        "securityContext": _plugin_security_context(node_class),
+        "volumeMounts": mounts,
+    }
+    return objects.daemon_set(
+        f"{PLUGIN_APP}-{node_class.name}",
+        namespace=plugin.namespace,
+        labels=objects.labels(policy, "device-plugin"),
+        selector=objects.selector_labels(PLUGIN_APP, node_class.name),
+        pod_spec=_pod_spec(plugin, dict(node_class.node_selector), [container], volumes),
+    )
+
+
+def _plugin_security_context(node_class: ResolvedClass) -> Obj:
+    if node_class.mig_strategy != "none":
+        # MIG needs SYS_ADMIN to read the MIG capability files; the Helm chart adds it exactly when some
+        # config may use a MIG strategy other than none (templates/_helpers.tpl requiresCapSysAdmin).
+        return {"capabilities": {"add": ["SYS_ADMIN"]}}
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _pod_spec(plugin: DevicePlugin, node_selector: dict[str, str], containers: list[Obj], volumes: list[Obj],
+              **extra: Any) -> Obj:
+    return {
+        "automountServiceAccountToken": False,  # neither the plugin nor the MPS daemon calls the API
+        "containers": containers,
+        "nodeSelector": node_selector,
+        "priorityClassName": plugin.priority_class_name,
+        "tolerations": [t.model_dump(exclude_none=True) for t in plugin.tolerations],
+        "volumes": volumes,
+        **extra,
+    }
+
+
+def _mps_volumes() -> list[Obj]:
+    return [objects.host_path_volume("mps-root", MPS_ROOT, "DirectoryOrCreate"),
+            objects.host_path_volume("mps-shm", f"{MPS_ROOT}/shm")]
+
+
+def _mps_daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, config_map_name: str) -> Obj:
+    """The MPS control daemon of one class (Helm chart daemonset-mps-control-daemon.yml, v0.15+): it starts
+    nvidia-cuda-mps-control per GPU with the class's replicas, so it reads the same config file."""
+    plugin = policy.spec.device_plugin
+    image = plugin.effective_image
+    mount_shm = {
+        "name": "mps-control-daemon-mounts",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["mps-control-daemon", "mount-shm"],
+        "securityContext": {"privileged": True},
+        "volumeMounts": [{"name": "mps-root", "mountPath": "/mps", "mountPropagation": "Bidirectional"}],
+    }
+    daemon = {
+        "name": "mps-control-daemon-ctr",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["mps-control-daemon"],
+        "args": [f"--config-file={config_path(node_class.name)}"],
+        "env": sorted([*BASE_ENV, {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1",
+                                                                                     "fieldPath": "spec.nodeName"}}}],
+                      key=lambda e: e["name"]),
+        "resources": _resources(),
+        "securityContext": {"privileged": True},
+        "volumeMounts": [{"name": "mps-root", "mountPath": "/mps"}, {"name": "mps-shm", "mountPath": "/dev/shm"},
+                         _config_mount()],
+    }
+    # GFD (or a person) labels nodes nvidia.com/mps.capable=true once MPS is configured; the daemon waits
+    # for it, as in the Helm chart.
+    selector = {**node_class.node_selector, MPS_CAPABLE: "true"}
+    volumes = [*_mps_volumes(), _config_volume(node_class, config_map_name)]
+    return objects.daemon_set(
+        f"{MPS_APP}-{node_class.name}",
+        namespace=plugin.namespace,
+        labels=objects.labels(policy, "mps-control-daemon"),
+        selector=objects.selector_labels(MPS_APP, node_class.name),
+        pod_spec=_pod_spec(plugin, selector, [daemon], volumes, hostPID=True, initContainers=[mount_shm]),
+    )

@@ -1,0 +1,327 @@
+"""A policy resolved once: per node class its GPU, sizing, offers and node labels, read by every consumer.
+
+The checks, the advice, the compiler's renderers, the capacity report, `explain`, the admission policy and
+`cluster verify` all need the same facts about a class (its catalog entry, how many replicas sizing
+yields, what resources its nodes advertise, which labels its nodes carry or need). They are worked out
+here, once per policy, and passed around as one frozen value, so no consumer re-derives them and no two
+can disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
+
+from policy import catalog, labels, sizing
+from policy.model import ClusterGPUPolicy, DevicePlugin, NodeClass, SharingMode, Spec, Tenant
+
+Isolation = Literal["exclusive", "none", "mps-memory-limit", "mig-hardware"]
+GPU = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One extended resource a class's nodes advertise."""
+
+    resource: str
+    devices_per_node: int
+    """Physical GPUs, or MIG devices of this profile, per node."""
+    replicas: int
+    """Schedulable slots per device (1 unless time-sliced or MPS)."""
+    memory_mib: int
+    """Memory one slot can count on (a replica's share under MPS or sizing; the device's under MIG)."""
+    modes: tuple[SharingMode, ...]
+    isolation: Isolation
+    mig_profile: str | None = None
+    fail_requests_greater_than_one: bool = True
+    """Whether the device plugin refuses more than one shared replica per container (only matters when shared)."""
+    memory_estimated: bool = False
+    """The catalog has no nvidia-smi capture of this MIG profile's memory: the figure is an estimate."""
+
+    @property
+    def per_node(self) -> int:
+        return self.devices_per_node * self.replicas
+
+    @property
+    def shared(self) -> bool:
+        return self.replicas > 1
+
+    def describe(self) -> str:
+        """``1 GPU x 8 time-slicing replicas``: the offer per node, in words."""
+        return describe_offer(self.devices_per_node, self.replicas, self.modes, self.mig_profile)
+
+
+def describe_offer(devices_per_node: int, replicas: int, modes: tuple[str, ...], mig_profile: str | None) -> str:
+    """``1 GPU x 8 time-slicing replicas``, ``7 1g.12gb MIG devices``: an offer per node, in words."""
+    plural = "s" if devices_per_node != 1 else ""
+    base = f"{devices_per_node} {mig_profile} MIG device{plural}" if mig_profile else f"{devices_per_node} GPU{plural}"
+    if replicas > 1:
+        base += f" x {replicas} {'MPS' if 'mps' in modes else 'time-slicing'} replicas"
+    return base
+
+
+@dataclass(frozen=True)
+class ResolvedClass:
+    """A node class resolved against the catalog and the policy's device-plugin settings."""
+
+    spec: NodeClass
+    gpu: catalog.GpuModel | None
+    """The catalog entry, or None for a model the catalog lacks (then ``gpu.memory`` must be given)."""
+    product: str
+    """The nvidia.com/gpu.product value of the class's GPUs (the spec's text when the catalog lacks it)."""
+    memory_mib: int | None
+    """Memory per GPU sizing starts from: the spec's figure, else the catalog's; None when neither knows."""
+    sizing: sizing.Sizing | None
+    """The replica arithmetic of a sized time-sliced or MPS class (None without sizing or known memory)."""
+    replicas: int
+    """Time-slicing or MPS replicas per GPU (1 for other modes, or when sizing cannot decide)."""
+    offers: tuple[Offer, ...]
+    gfd_labels: dict[str, str]
+    """The selector's labels plus every label GPU Feature Discovery writes once the class's config is live."""
+    feature_discovery: bool
+    """Whether GPU Feature Discovery labels the nodes in this cluster (so ``gfd_labels`` can be relied on)."""
+    mps_daemon: bool
+    """The class runs the MPS control daemon (MPS on a plugin release that has it, v0.15.0+)."""
+    mig_config: str | None
+    """The mig-parted config the class's nodes select with nvidia.com/mig.config, if any."""
+    required_labels: dict[str, str]
+    """Labels the compiled output needs on the class's nodes (device-plugin config, MIG config, MPS)."""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def node_selector(self) -> dict[str, str]:
+        return dict(self.spec.node_selector)
+
+    @property
+    def node_labels(self) -> dict[str, str]:
+        """Labels every node of the class surely carries: ``gfd_labels`` where GFD runs, else the selector's."""
+        return self.gfd_labels if self.feature_discovery else self.node_selector
+
+    @property
+    def gpu_count(self) -> int:
+        return self.spec.gpu.count
+
+    @property
+    def nodes(self) -> int | None:
+        return self.spec.nodes
+
+    @property
+    def mode(self) -> SharingMode:
+        return self.spec.sharing.mode
+
+    @property
+    def mig_strategy(self) -> Literal["none", "single", "mixed"]:
+        return self.spec.mig_strategy
+
+    def offer(self, resource: str) -> Offer | None:
+        return next((o for o in self.offers if o.resource == resource), None)
+
+
+@dataclass(frozen=True)
+class ResolvedPolicy:
+    """A policy with every class resolved, in spec order; build it with :func:`resolve`."""
+
+    policy: ClusterGPUPolicy
+    classes: tuple[ResolvedClass, ...]
+
+    @property
+    def spec(self) -> Spec:
+        return self.policy.spec
+
+    @property
+    def name(self) -> str:
+        return self.policy.metadata.name
+
+    @property
+    def mig_classes(self) -> tuple[ResolvedClass, ...]:
+        """The MIG classes, by name."""
+        return tuple(sorted((c for c in self.classes if c.spec.sharing.mig is not None), key=lambda c: c.name))
+
+    @property
+    def has_mig(self) -> bool:
+        return any(c.spec.sharing.mig is not None for c in self.classes)
+
+    def by_name(self) -> dict[str, ResolvedClass]:
+        return {c.name: c for c in self.classes}
+
+    def reachable(self, tenant: Tenant) -> Iterator[tuple[int, ResolvedClass, Offer]]:
+        """(class index, class, offer) for every offer a tenant's pods may land on: in a class the tenant may
+        use (all, if it names none) and of sharing modes it allows."""
+        allowed = set(tenant.allow)
+        for i, resolved in enumerate(self.classes):
+            if tenant.classes and resolved.name not in tenant.classes:
+                continue
+            for offer in resolved.offers:
+                if set(offer.modes) <= allowed:
+                    yield i, resolved, offer
+
+
+def resolve(policy: ClusterGPUPolicy) -> ResolvedPolicy:
+    """Resolve every class of a structurally valid policy; never raises for a policy that fails its checks
+    (an unknown GPU or unusable sizing resolves to None figures, which the checks report)."""
+    spec = policy.spec
+    has_mig = any(nc.sharing.mig is not None for nc in spec.node_classes)
+    return ResolvedPolicy(policy, tuple(_resolve_class(spec, nc, has_mig) for nc in spec.node_classes))
+
+
+def _resolve_class(spec: Spec, node_class: NodeClass, has_mig: bool) -> ResolvedClass:
+    plugin = spec.device_plugin
+    model = catalog.lookup(node_class.gpu.model)
+    product = model.product if model else node_class.gpu.model
+    memory = int(node_class.gpu.memory) if node_class.gpu.memory is not None else (model.memory_mib if model else None)
+    computed = _sizing(node_class, memory)
+    replicas = _replicas(node_class, computed)
+    offers = _offers(node_class, model, memory, computed, replicas)
+    mps_daemon = node_class.sharing.mps is not None and plugin.version_tuple >= (0, 15, 0)
+    mig_config = _mig_config(plugin, node_class, model, has_mig)
+    return ResolvedClass(
+        spec=node_class,
+        gpu=model,
+        product=product,
+        memory_mib=memory,
+        sizing=computed,
+        replicas=replicas,
+        offers=offers,
+        gfd_labels=_gfd_labels(node_class, product, offers),
+        feature_discovery=plugin.labels_nodes,
+        mps_daemon=mps_daemon,
+        mig_config=mig_config,
+        required_labels=_required_labels(plugin, node_class, mig_config, mps_daemon),
+    )
+
+
+def _sizing(node_class: NodeClass, total: int | None) -> sizing.Sizing | None:
+    shared = node_class.sharing.time_slicing or node_class.sharing.mps
+    if shared is None or shared.sizing is None or total is None:
+        return None
+    reserve = shared.sizing.reserve
+    try:
+        if reserve.endswith("%"):
+            return sizing.size_replicas(total, int(shared.sizing.memory_per_replica),
+                                        reserve_percent=sizing.parse_percent(reserve))
+        return sizing.size_replicas(total, int(shared.sizing.memory_per_replica),
+                                    reserve_mib=sizing.parse_memory_mib(reserve))
+    except ValueError:
+        return None  # a reserve the GPU cannot hold: check_sizing says so
+
+
+def _replicas(node_class: NodeClass, computed: sizing.Sizing | None) -> int:
+    shared = node_class.sharing.time_slicing or node_class.sharing.mps
+    if shared is None:
+        return 1
+    if shared.replicas is not None:
+        return shared.replicas
+    return computed.replicas if computed else 1
+
+
+def _offers(node_class: NodeClass, model: catalog.GpuModel | None, memory: int | None,
+            computed: sizing.Sizing | None, replicas: int) -> tuple[Offer, ...]:
+    sharing = node_class.sharing
+    count = node_class.gpu.count
+    if sharing.mig is not None:
+        return _mig_offers(node_class, model)
+    shared = sharing.time_slicing or sharing.mps
+    if shared is None:
+        return (Offer(GPU, count, 1, memory or 0, ("exclusive",), "exclusive"),)
+    per_slot = computed.per_replica_mib if computed else (memory or 0) // max(replicas, 1)
+    resource = f"{GPU}.shared" if shared.rename_by_default and replicas > 1 else GPU
+    strict = shared.fail_requests_greater_than_one
+    if sharing.mps is not None:
+        # The MPS control daemon pins each client to total / replicas, whatever sizing asked for
+        # (cmd/mps-control-daemon; device-plugin.md §3): that is what a slot can count on.
+        limit = (memory or 0) // max(replicas, 1)
+        return (Offer(resource, count, replicas, limit, ("mps",), "mps-memory-limit", None, strict),)
+    return (Offer(resource, count, replicas, per_slot, ("time-slicing",), "none", None, strict),)
+
+
+def _mig_offers(node_class: NodeClass, model: catalog.GpuModel | None) -> tuple[Offer, ...]:
+    mig = node_class.sharing.mig
+    assert mig is not None
+    totals: dict[str, int] = {}
+    for gpus, layout in mig.layouts(node_class.gpu.count):
+        for profile, n in layout.items():
+            totals[profile] = totals.get(profile, 0) + n * len(gpus)
+    offers = []
+    for profile, devices in sorted(totals.items()):
+        replicas = mig.time_slicing.get(profile, 1)
+        found = model.mig.profile(profile) if model and model.mig else None
+        memory = found.memory_mib if found else 0
+        resource = GPU if mig.strategy == "single" else f"{MIG_PREFIX}{profile.replace('+', '.')}"
+        modes: tuple[SharingMode, ...] = ("mig", "time-slicing") if replicas > 1 else ("mig",)
+        offers.append(Offer(resource, devices, replicas, memory, modes, "mig-hardware", profile,
+                            mig.fail_requests_greater_than_one, bool(found and found.memory_estimated)))
+    return tuple(offers)
+
+
+def _gfd_labels(node_class: NodeClass, product: str, offers: tuple[Offer, ...]) -> dict[str, str]:
+    """The node's own selector labels plus the GPU Feature Discovery labels sharing will produce."""
+    found = dict(node_class.node_selector)
+    found.setdefault("nvidia.com/gpu.present", "true")
+    mig = node_class.sharing.mig
+    if mig is None:
+        offer = offers[0]
+        shared_product = offer.shared and offer.resource == GPU  # GFD appends -SHARED unless renamed
+        found.setdefault("nvidia.com/gpu.product", f"{product}-SHARED" if shared_product else product)
+        found.setdefault("nvidia.com/gpu.count", str(node_class.gpu.count))
+        found.setdefault("nvidia.com/gpu.replicas", str(offer.replicas))
+    else:
+        found.setdefault("nvidia.com/mig.strategy", mig.strategy)
+        if mig.strategy == "single" and offers:
+            suffix = "-SHARED" if offers[0].shared else ""
+            found.setdefault("nvidia.com/gpu.product", f"{product}-MIG-{offers[0].mig_profile}{suffix}")
+            found.setdefault("nvidia.com/gpu.count", str(offers[0].devices_per_node))
+        else:
+            found.setdefault("nvidia.com/gpu.product", product)
+            found.setdefault("nvidia.com/gpu.count", str(node_class.gpu.count))
+            for offer in offers:
+                _mixed_profile_labels(found, product, offer)
+    return found
+
+
+def _mixed_profile_labels(found: dict[str, str], product: str, offer: Offer) -> None:
+    """GFD's per-profile labels under the mixed strategy (device-plugin.md §6), keyed by the resource name."""
+    key = offer.resource
+    found.setdefault(f"{key}.count", str(offer.devices_per_node))
+    found.setdefault(f"{key}.replicas", str(offer.replicas))
+    if offer.mig_profile and "+" not in offer.mig_profile:  # attribute profiles' product text is unverified
+        suffix = "-SHARED" if offer.shared else ""
+        found.setdefault(f"{key}.product", f"{product}-MIG-{offer.mig_profile}{suffix}")
+
+
+def _mig_config(plugin: DevicePlugin, node_class: NodeClass, model: catalog.GpuModel | None,
+                has_mig: bool) -> str | None:
+    """The mig-parted config a class's nodes must select with nvidia.com/mig.config, if any.
+
+    MIG classes select their own layout.  Other classes on MIG-capable GPUs select all-disabled when a
+    mig-manager reads our config (the operator always runs one): MPS fails on MIG-enabled GPUs and a
+    left-over MIG mode would hide the whole GPU (device-plugin.md §3).
+    """
+    if node_class.sharing.mig is not None:
+        return node_class.name
+    managed = plugin.deploy == "gpu-operator" or has_mig
+    if model is not None and model.mig_capable and managed:
+        return labels.MIG_ALL_DISABLED
+    return None
+
+
+def _required_labels(plugin: DevicePlugin, node_class: NodeClass, mig_config: str | None,
+                     mps_daemon: bool) -> dict[str, str]:
+    """The labels the compiled output needs on the class's nodes.
+
+    gpu-operator: the config-manager picks the config named by nvidia.com/device-plugin.config (§4).
+    MIG: mig-manager applies the layout named by nvidia.com/mig.config (mig.md §5).  Standalone MPS: the
+    control daemon runs only where nvidia.com/mps.capable=true (Helm chart nodeSelector).
+    """
+    found: dict[str, str] = {}
+    if plugin.deploy == "gpu-operator":
+        found[labels.DEVICE_PLUGIN_CONFIG] = node_class.name
+    if mig_config is not None:
+        found[labels.MIG_CONFIG] = mig_config
+    if plugin.deploy == "standalone" and mps_daemon:
+        found[labels.MPS_CAPABLE] = "true"
+    return dict(sorted(found.items()))

@@ -1,0 +1,194 @@
+"""Tests for `gpupolicy admit`: offline admission of manifests, located findings, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+TKE = str(ROOT / "examples" / "clusters" / "tke-l20-t4" / "cluster.yaml")
+MIXED = str(ROOT / "examples" / "clusters" / "mixed-fleet" / "cluster.yaml")
+
+SEED = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: nlp-inference
+  namespace: nlp
+spec:
+  replicas: 2
+  template:
+    spec:
+      containers:
+        - name: server
+          image: inference:1
+          resources:
+            limits:
+              cpu: "4"
+              nvidia.com/gpu: 2
+"""
+ONE_GPU = SEED.replace("nvidia.com/gpu: 2", 'nvidia.com/gpu: "1"')
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_the_seeds_deployment_is_denied_at_the_line_and_column_of_its_gpu_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = write(tmp_path, "deploy.yaml", SEED)
+    assert main(["admit", "-p", TKE, manifest]) == 1
+    out = capsys.readouterr()
+    first, hint = out.out.splitlines()[:2]
+    assert first.startswith(f"{manifest}:16:15: error[shared-gpu-request-above-one]: Deployment nlp-inference "
+                            '(namespace nlp): container "server" requests 2 nvidia.com/gpu;')
+    assert first.endswith('(at spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"])')
+    assert hint == ("  hint: request nvidia.com/gpu: 1 per container: more shared replicas of one device add no "
+                    "compute; for 2 whole devices, add a node class with sharing: exclusive")
+    assert out.out.splitlines()[-1] == "1 file(s) checked: 1 error(s), 0 warning(s)"
+    assert "1 workload(s) checked: 1 denied" in out.err
+
+
+def test_github_output_annotates_the_offending_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = write(tmp_path, "deploy.yaml", SEED)
+    assert main(["admit", "-p", TKE, manifest, "--output", "github"]) == 1
+    line = capsys.readouterr().out.splitlines()[0]
+    assert line.startswith(f"::error file={manifest},line=16,col=15,title=shared-gpu-request-above-one::"
+                           "Deployment nlp-inference (namespace nlp)")
+
+
+def test_json_output_carries_code_path_and_position(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = write(tmp_path, "deploy.yaml", SEED)
+    assert main(["admit", "-p", TKE, manifest, "-O", "json"]) == 1
+    (finding,) = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert {k: finding[k] for k in ("code", "severity", "file", "line", "column", "path")} == {
+        "code": "shared-gpu-request-above-one", "severity": "error", "file": manifest, "line": 16, "column": 15,
+        "path": 'spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"]'}
+
+
+def test_allowed_manifests_exit_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["admit", "-p", TKE, write(tmp_path, "ok.yaml", ONE_GPU)]) == 0
+    assert capsys.readouterr().out == "1 file(s) checked: 0 error(s), 0 warning(s)\n"
+
+
+def test_directories_are_searched_for_yaml_and_yml_files_only(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    write(tmp_path, "apps/a/deploy.yml", SEED)
+    write(tmp_path, "apps/b/ok.yaml", ONE_GPU)
+    write(tmp_path, "apps/README.md", SEED)
+    assert main(["admit", "-p", TKE, str(tmp_path / "apps")]) == 1
+    out = capsys.readouterr().out
+    assert out.count("error[shared-gpu-request-above-one]") == 1 and "deploy.yml:16:15" in out
+    assert out.endswith("2 file(s) checked: 1 error(s), 0 warning(s)\n")
+
+
+def test_list_items_and_multi_document_files_are_all_checked(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 3}}}]}}
+    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": [{"kind": "ConfigMap"}, pod]})
+    manifest = write(tmp_path, "all.yaml", f"{ONE_GPU}---\n{listed}\n")
+    assert main(["admit", "-p", TKE, manifest, "-O", "json"]) == 1
+    (finding,) = json.loads(capsys.readouterr().out)["diagnostics"]
+    assert finding["path"] == 'items[1].spec.containers[0].resources.limits["nvidia.com/gpu"]'
+    assert finding["line"] == 18
+
+
+def test_namespace_objects_in_the_input_route_workloads_to_their_tenant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    namespace = "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: nlp\n  labels: {gpu-tier: prod}\n---\n"
+    manifest = write(tmp_path, "app.yaml", namespace + ONE_GPU)
+    assert main(["admit", "-p", MIXED, manifest]) == 1
+    assert "error[tenant-sharing-mode-denied]: Deployment nlp-inference (namespace nlp): tenant prod may not use" \
+        in capsys.readouterr().out
+
+
+def test_namespace_labels_from_the_flag_route_workloads_to_their_tenant(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = write(tmp_path, "app.yaml", ONE_GPU)
+    assert main(["admit", "-p", MIXED, manifest, "--namespace-labels", "nlp=gpu-tier=research,team=nlp"]) == 0
+    assert main(["admit", "-p", MIXED, manifest, "--namespace-labels", "nlp=gpu-tier=prod"]) == 1
+    capsys.readouterr()
+
+
+def test_objects_without_a_namespace_go_to_the_namespace_flag(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = write(tmp_path, "app.yaml", ONE_GPU.replace("  namespace: nlp\n", ""))
+    args = ["admit", "-p", MIXED, manifest, "--namespace-labels", "lab=gpu-tier=research"]
+    assert main(args) == 1  # namespace default: no tenant, whole GPUs are not among the default modes
+    assert main([*args, "-n", "lab"]) == 0
+    capsys.readouterr()
+
+
+def test_warn_mode_findings_are_printed_but_do_not_fail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = Path(TKE).read_text(encoding="utf-8").replace(
+        "    enforcement: enforce\n", "    enforcement: enforce\n    rules: {shared-gpu-request-above-one: warn}\n")
+    assert main(["admit", "-p", write(tmp_path, "cluster.yaml", spec), write(tmp_path, "d.yaml", SEED)]) == 0
+    assert "warning[shared-gpu-request-above-one]" in capsys.readouterr().out
+
+
+def test_custom_resources_that_wrap_gpu_pod_templates_get_a_notice_not_a_verdict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ray = """\
+apiVersion: ray.io/v1
+kind: RayCluster
+metadata: {name: ray}
+spec:
+  workerGroupSpecs:
+    - template:
+        spec:
+          containers:
+            - {name: w, resources: {limits: {nvidia.com/gpu: 2}}}
+"""
+    manifest = write(tmp_path, "ray.yaml", ray)
+    assert main(["admit", "-p", TKE, manifest]) == 0
+    assert capsys.readouterr().out.startswith(f"{manifest}:2:1: info[workload-not-checked]: RayCluster ray requests")
+
+
+def test_a_spec_with_errors_is_reported_like_validate_and_nothing_is_admitted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = write(tmp_path, "cluster.yaml", Path(TKE).read_text(encoding="utf-8").replace("model: Tesla-T4",
+                                                                                           "model: Tesla-T5"))
+    # exit 2, not 1: a broken policy is bad input, and CI must tell it apart from a denied workload
+    assert main(["admit", "-p", spec, write(tmp_path, "d.yaml", SEED)]) == 2
+    out = capsys.readouterr().out
+    assert "error[unknown-gpu-model]" in out and "shared-gpu-request-above-one" not in out
+
+
+@pytest.mark.parametrize(("files", "code"), [
+    (["missing.yaml"], "unreadable-file"),
+    (["broken.yaml"], "yaml-syntax"),
+])  # fmt: skip
+def test_unreadable_manifests_exit_two(tmp_path: Path, capsys: pytest.CaptureFixture[str], files: list[str],
+                                       code: str) -> None:
+    write(tmp_path, "broken.yaml", "kind: Pod\nspec: {containers: [\n")
+    assert main(["admit", "-p", TKE, *(str(tmp_path / f) for f in files)]) == 2
+    assert f"error[{code}]" in capsys.readouterr().out
+
+
+def test_a_malformed_namespace_labels_flag_is_a_usage_error(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["admit", "-p", TKE, write(tmp_path, "d.yaml", SEED), "--namespace-labels", "nlp"]) == 2
+    assert "--namespace-labels 'nlp': write NS=key=value" in capsys.readouterr().err
+
+
+def test_the_allowed_tke_fixtures_admit_cleanly_and_a_denied_one_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    fixtures = ROOT / "tests" / "fixtures" / "workloads"
+    tke = [str(p) for p in sorted((fixtures / "allow").glob("*.yaml"))
+           if "# cluster: tke-l20-t4" in p.read_text(encoding="utf-8")]
+    assert len(tke) > 10
+    assert main(["admit", "-p", TKE, *tke]) == 0
+    assert main(["admit", "-p", TKE, str(fixtures / "deny" / "hami-mig-3g20gb-pod.yaml")]) == 1
+    assert "error[mig-strategy-mismatch]" in capsys.readouterr().out

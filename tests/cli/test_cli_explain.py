@@ -1,0 +1,50 @@
+"""gpupolicy explain prints the capacity report: a table for people, report.json for programs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTERS = ROOT / "examples" / "clusters"
+
+
+def test_the_table_shows_each_class_and_the_2_to_11_slots_of_the_seed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(CLUSTERS / "tke-l20-t4" / "cluster.yaml")]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split() == ["CLASS", "GPU", "MODE", "NODES", "GPUS", "BEFORE", "AFTER", "RESOURCE", "MEM/SLOT",
+                                "ISOLATION"]
+    assert lines[1].split()[:9] == ["l20", "NVIDIA-L20", "time-slicing", "1", "1", "1", "8", "nvidia.com/gpu",
+                                    "4621"]
+    assert lines[2].split()[:9] == ["t4", "Tesla-T4", "time-slicing", "1", "1", "1", "3", "nvidia.com/gpu", "4401"]
+    assert "tke-prod: 2 node(s), 2 GPU(s), 2 -> 11 schedulable GPU slots" in out
+    assert "l20: sizing floor((46068 - 4606 reserve) / 4621) = 8 replicas, 4494 MiB headroom" in out
+
+
+@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig"])
+def test_json_output_is_the_committed_report_json(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", "--output", "json", str(CLUSTERS / name / "cluster.yaml")]) == 0
+    printed = capsys.readouterr().out
+    assert printed == (CLUSTERS / name / "out" / "report.json").read_text(encoding="utf-8")
+    assert json.loads(printed)["version"] == 1
+
+
+def test_the_table_gives_the_label_commands_of_the_operator_example(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(CLUSTERS / "h20-mig" / "cluster.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "h20: kubectl label nodes -l gpu-pool=h20 nvidia.com/device-plugin.config=h20 " \
+           "nvidia.com/mig.config=h20 --overwrite" in out
+    assert "4 node(s), 32 GPU(s), 32 -> 448 schedulable GPU slots" in out
+
+
+def test_a_spec_with_errors_exits_1_with_its_diagnostics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text((CLUSTERS / "tke-l20-t4" / "cluster.yaml").read_text().replace("count: 1", "count: 0", 1))
+    assert main(["explain", str(spec)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "error[" in err

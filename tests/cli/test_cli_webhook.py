@@ -1,0 +1,56 @@
+"""gpupolicy webhook serve refuses, at start and with the reason, a policy it could never load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+
+ROOT = Path(__file__).parents[2]
+SPEC = ROOT / "examples" / "clusters" / "tke-l20-t4" / "cluster.yaml"
+BROKEN_SPEC = ROOT / "tests" / "fixtures" / "specs" / "bad" / "unknown-gpu-model" / "l20-typo.yaml"
+
+
+@pytest.fixture(scope="module")
+def cert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("certs")
+    assert main(["webhook", "certs", "--out", str(out)]) == 0
+    return out
+
+
+def serve(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main(["webhook", "serve", *args])
+    return code, capsys.readouterr().err
+
+
+def test_a_spec_given_as_the_compiled_policy_points_at_spec(cert_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = serve(capsys, "--policy", str(SPEC), "--cert-dir", str(cert_dir))
+    assert code == 2
+    assert "is not a compiled admission-policy.json; for a ClusterGPUPolicy YAML use --spec" in err
+
+
+def test_a_spec_with_errors_is_refused_with_the_first_error_and_the_command_to_see_all(
+    cert_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, err = serve(capsys, "--spec", str(BROKEN_SPEC), "--cert-dir", str(cert_dir))
+    assert code == 2
+    assert "GPU model 'NVIDIA-L2O' is not in the catalog" in err and f"gpupolicy validate {BROKEN_SPEC}" in err
+
+
+def test_json_that_is_not_an_admission_policy_is_refused(
+    cert_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy = tmp_path / "admission-policy.json"
+    policy.write_text('{"version": 1}')
+    code, err = serve(capsys, "--policy", str(policy), "--cert-dir", str(cert_dir))
+    assert code == 2 and "cannot be loaded as admission-policy" in err
+
+
+def test_the_development_certificate_names_localhost_too(cert_dir: Path) -> None:
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate((cert_dir / "tls.crt").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    assert "localhost" in names and "gpupolicy-webhook.gpupolicy-system.svc" in names
