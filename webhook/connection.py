@@ -69,6 +69,7 @@ class Host(Protocol):
     def admit_large_body(self, connection: Connection) -> bool: ...
     def large_body_done(self, connection: Connection) -> None: ...
     def closed(self, connection: Connection) -> None: ...
+    def after_large_request(self) -> None: ...
     def dropped(self, reason: str, message: str) -> None: ...
 
 
@@ -283,6 +284,9 @@ class Connection(asyncio.Protocol):
             self._release()
         head = wsgi.response_head(status, headers, len(body), close=not keep_alive)
         self._write(head if request.method == "HEAD" else head + body)
+        if len(request.body) > self.limits.small_body_bytes:
+            request.body = b""
+            self.host.after_large_request()
         if not keep_alive:
             self.close()
 
