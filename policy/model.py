@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -62,6 +63,23 @@ MemoryMiB = Annotated[
     str | int,
     AfterValidator(_memory),
     Field(description="Memory as a Kubernetes quantity (4621Mi, 4.5Gi, 48Gi) or a bare number of MiB."),
+]
+
+
+def _cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value, strict=True))
+    except ValueError as err:
+        raise PydanticCustomError(
+            "invalid-value", "{problem}",
+            {"problem": f"{value!r} is not a CIDR block: {err}", "hint": "write e.g. 10.0.0.0/16 or 172.31.0.10/32"},
+        ) from None
+
+
+Cidr = Annotated[
+    str,
+    AfterValidator(_cidr),
+    Field(description="An IPv4 or IPv6 CIDR block with no host bits set, e.g. 10.0.0.0/16 or 172.31.0.10/32."),
 ]
 
 
@@ -397,6 +415,10 @@ class Admission(Model):
     """Namespaces never sent to the webhook (its own namespace is always added)."""
     default_allow: tuple[SharingMode, ...] = SHARING_MODES
     """Sharing modes for namespaces no tenant selects."""
+    api_server_cidrs: tuple[Cidr, ...] = ()
+    """Where the API server's calls come from. When set, the NetworkPolicy admits only these blocks to the
+    serving port (probes from the node are always allowed); empty admits any source. docs/operations.md
+    shows how to find them on EKS, GKE, AKS, kubeadm, kind and TKE."""
 
 
 class Spec(Model):

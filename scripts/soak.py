@@ -323,7 +323,8 @@ class Server:
         return self.log.read_text(errors="replace")
 
 
-def start_server(workdir: Path, *, workers: int, threads: int, env: Mapping[str, str] | None = None) -> Server:
+def start_server(workdir: Path, *, workers: int, threads: int, env: Mapping[str, str] | None = None,
+                 spec: Path = SPEC) -> Server:
     """`gpupolicy webhook serve` on a free loopback port with a fresh development certificate."""
     certs = workdir / "certs"
     subprocess.run([GPUPOLICY, "webhook", "certs", "--out", str(certs)], check=True, capture_output=True)
@@ -336,7 +337,7 @@ def start_server(workdir: Path, *, workers: int, threads: int, env: Mapping[str,
     log = workdir / "server.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [GPUPOLICY, "webhook", "serve", "--spec", str(SPEC), "--cert-dir", str(certs), "--bind", LOOPBACK,
+            [GPUPOLICY, "webhook", "serve", "--spec", str(spec), "--cert-dir", str(certs), "--bind", LOOPBACK,
              "--port", str(port)], stdout=sink, stderr=subprocess.STDOUT, env=environment)
     server = Server(process, Target(port, (certs / "ca.crt",)), log)
     deadline = time.monotonic() + 30

@@ -70,6 +70,12 @@ class Metrics:
             "Unexpected exceptions caught by the last-resort handler (each one is a bug).",
             registry=registry,
         )
+        self.dropped_connections = Counter(
+            "gpupolicy_webhook_dropped_connections",
+            "Clients refused or disconnected before their request reached the webhook, by reason: timeout (a "
+            "phase's deadline passed), malformed (broken HTTP), too-large, connection-limit.",
+            ["reason"], registry=registry,
+        )
         self._policy_labels: tuple[str, str] | None = None
 
     # --- store.StoreObserver ----------------------------------------------------------------------------
@@ -99,6 +105,9 @@ class Metrics:
         self.certificate_reloads.labels("failure").inc()
 
     # --- requests ---------------------------------------------------------------------------------------
+
+    def connection_dropped(self, reason: str) -> None:
+        self.dropped_connections.labels(reason).inc()
 
     def observe(self, rv: review.Review, verdict: review.Verdict, seconds: float) -> None:
         for rule, outcome in verdict.rules:

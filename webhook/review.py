@@ -29,6 +29,7 @@ __all__ = [
     "fit_warnings",
     "internal_error",
     "parse_review",
+    "status_document",
 ]
 
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
@@ -43,6 +44,23 @@ API_VERSIONS = (V1, V1BETA1)
 MAX_WARNING_CHARS = 120
 MAX_WARNINGS_TOTAL_CHARS = 4096
 _WARNING_PREFIX = re.compile(r"^\s*warning:\s*", re.IGNORECASE)
+
+#: metav1.Status reasons for the HTTP errors we answer (k8s.io/apimachinery StatusReason).
+STATUS_REASONS = {
+    400: "BadRequest", 404: "NotFound", 405: "MethodNotAllowed", 408: "Timeout", 413: "RequestEntityTooLarge",
+    414: "RequestURITooLong", 415: "UnsupportedMediaType", 422: "Invalid", 431: "RequestHeaderFieldsTooLarge",
+    500: "InternalError", 503: "ServiceUnavailable",
+}
+
+#: At most this many JSON values (objects, arrays, strings, numbers, ...) in one body, checked before
+#: json.loads builds them. Parsed, a value costs 30-190 bytes: 3 MiB of `{},` would be a million dicts and
+#: 72 MiB. At this cap the costliest shapes measured (tracemalloc: one-key objects, distinct keys) peak at
+#: 19-23 MiB. Real reviews hold about one value per 20 bytes: a 15 KB review ~700, the 3 MiB the API
+#: server sends at most ~160,000.
+MAX_JSON_VALUES = 200_000
+#: Bodies up to this size are parsed without counting: even at the worst inflation they stay under 2 MiB.
+_UNCOUNTED_BYTES = 64 * 1024
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # "unrolled": one tight loop per run of plain bytes
 
 #: Per-rule outcomes, as counted in metrics and written in request logs.
 Outcome = Literal["allow", "deny", "warn", "audit", "skip", "error"]
@@ -105,7 +123,7 @@ class MalformedReview(Exception):
     (the Kubernetes API's own split between BadRequest and Invalid). Every cause found is listed.
     """
 
-    def __init__(self, causes: Sequence[Cause], *, code: Literal[400, 422] = 422) -> None:
+    def __init__(self, causes: Sequence[Cause], *, code: Literal[400, 413, 422] = 422) -> None:
         self.causes = tuple(causes)
         self.code = code
         super().__init__("; ".join(f"{c['field']}: {c['message']}" if c["field"] else c["message"]
@@ -161,6 +179,7 @@ def parse_review(body: bytes | str) -> Review:
     Raises MalformedReview (code 400) when the body is not UTF-8 JSON, and (code 422) listing every
     problem when it is JSON but not an admission.k8s.io/v1 or v1beta1 AdmissionReview request.
     """
+    _check_value_count(body)
     try:
         data = json.loads(body)
     except ValueError as err:
@@ -172,6 +191,31 @@ def parse_review(body: bytes | str) -> Review:
     if not isinstance(data, dict):
         raise MalformedReview([Cause(field="", message=f"expected an AdmissionReview object, got {_type(data)}")])
     return _parse_document(data)
+
+
+def _check_value_count(body: bytes | str) -> None:
+    """Refuse (413) a body of more than MAX_JSON_VALUES values before json.loads materialises them.
+
+    Counted from the bytes (_structural); commas and brackets inside strings would count too, so when the
+    raw count is high the strings are blanked out and the count is made again.
+    """
+    if len(body) <= _UNCOUNTED_BYTES:
+        return
+    data = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
+    if _structural(data) <= MAX_JSON_VALUES:
+        return
+    values = _structural(_JSON_STRING.sub(b'""', data))
+    if values > MAX_JSON_VALUES:
+        raise MalformedReview([Cause(field="", message=f"the body holds about {values:,} JSON values, more than "
+                                                       f"the {MAX_JSON_VALUES:,} an AdmissionReview may hold")],
+                              code=413)
+
+
+def _structural(data: bytes) -> int:
+    # Every value but the outermost is an element of a container: one per comma, plus one per non-empty
+    # container. Empty ones written with a space inside (`{ }`) count one too many, which is on the safe side.
+    containers = data.count(b"{") + data.count(b"[") - data.count(b"{}") - data.count(b"[]")
+    return data.count(b",") + containers + 1
 
 
 def _parse_document(data: dict[str, Any]) -> Review:
@@ -411,6 +455,17 @@ def fit_warnings(warnings: Sequence[str]) -> tuple[str, ...]:
 
 
 # --- responding ----------------------------------------------------------------------------------------
+
+
+def status_document(code: int, message: str, *, causes: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """A metav1.Status with the HTTP status code: the error body the API server and kubectl understand."""
+    body: dict[str, Any] = {
+        "apiVersion": "v1", "kind": "Status", "status": "Failure",
+        "code": code, "reason": STATUS_REASONS.get(code, "Unknown"), "message": message,
+    }
+    if causes:
+        body["details"] = {"causes": [dict(cause) for cause in causes]}
+    return body
 
 
 def build_response(review: Review, verdict: Verdict) -> AdmissionReviewOut:

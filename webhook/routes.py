@@ -5,11 +5,11 @@ from __future__ import annotations
 import re
 import time
 
-from flask import Blueprint, Response, current_app, g, jsonify, request
-from werkzeug.exceptions import BadRequest, NotFound, RequestEntityTooLarge, UnsupportedMediaType
+from flask import Blueprint, Response, g, jsonify, request
+from werkzeug.exceptions import BadRequest, NotFound, UnsupportedMediaType
 
 from webhook import review
-from webhook.app import EXTENSION, current_webhook, status_response
+from webhook.context import EXTENSION, current_webhook, status_response
 
 blueprint = Blueprint(EXTENSION, __name__)
 
@@ -35,10 +35,8 @@ def validate(tenant: str | None) -> Response:
     g.started = time.perf_counter()
     if tenant is not None and not _DNS_LABEL.match(tenant):
         raise NotFound(f"{tenant!r} is not a tenant name (tenant names are DNS labels)")
-    webhook = current_webhook()
-    with webhook.in_turn(request.content_length):
-        rv = g.review = review.parse_review(_json_body())
-    verdict = webhook.admit(rv, tenant=tenant, started=g.started)
+    rv = g.review = review.parse_review(_json_body())
+    verdict = current_webhook().admit(rv, tenant=tenant, started=g.started)
     return jsonify(review.build_response(rv, verdict))
 
 
@@ -72,13 +70,9 @@ def _json_body() -> bytes:
     if not request.is_json:
         raise UnsupportedMediaType(
             f"expected Content-Type application/json, got {request.mimetype or 'none'!r}")
+    # Complete and within its limits by now: the serving layer reads the whole body, chunked or not, before
+    # it calls the app, and gives its exact length (wsgi.py).
     body = request.get_data(cache=True)
-    # A body of unknown length (chunked) is read up to MAX_CONTENT_LENGTH and then werkzeug's
-    # LimitedStream.readall just stops, without the 413 a declared length gets: one more byte from the
-    # server's own stream says whether the body was cut short, and a cut body is never parsed.
-    if (request.content_length is None and len(body) >= current_app.config["MAX_CONTENT_LENGTH"]
-            and request.environ["wsgi.input"].read(1)):
-        raise RequestEntityTooLarge()
     if not body:
         raise BadRequest("the request body is empty; expected an AdmissionReview")
     return body

@@ -1,4 +1,4 @@
-"""Production serving: gunicorn gthread workers over TLS, a readiness drain on SIGTERM, metrics across workers."""
+"""Production serving: gunicorn's master, event-loop workers over TLS, a readiness drain on SIGTERM, metrics."""
 
 # Nothing here may import prometheus_client (or webhook.app/metrics) at module level: `run` must put
 # PROMETHEUS_MULTIPROC_DIR in the environment first (metrics.py says why).
@@ -19,14 +19,15 @@ from typing import Any
 
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
-from gunicorn.workers import gthread
 
-from webhook import tls
+from webhook import connection, tls
 from webhook.settings import Settings, SettingsError
 
 log = logging.getLogger("gpupolicy.webhook.serve")
 #: gunicorn's worker heartbeat timeout: a worker silent this long is killed and replaced.
 WORKER_TIMEOUT_SECONDS = 30
+#: A worker reads at most this many bodies past 64 KiB at once (3 MiB each at most): 12 MiB per worker.
+LARGE_BODY_SLOTS = 4
 
 
 def run(settings: Settings) -> int:
@@ -34,8 +35,7 @@ def run(settings: Settings) -> int:
     if settings.cert_file is None or settings.key_file is None:
         raise SettingsError("the webhook serves TLS only: give --cert-dir, or --cert and --key")
     _configure_logging(settings.log_level)
-    reloader = tls.CertificateReloader(settings.cert_file, settings.key_file,
-                                       request_timeout_seconds=settings.request_timeout_seconds)
+    reloader = tls.CertificateReloader(settings.cert_file, settings.key_file)
     try:
         reloader.context()  # fail now, with a message, rather than at the first handshake
     except (OSError, ssl.SSLError, ValueError) as err:
@@ -86,25 +86,30 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
     """gunicorn configured in code: no config file, no command line of its own."""
 
     def __init__(self, settings: Settings, reloader: tls.CertificateReloader) -> None:
-        from webhook.app import DrainFlag, LargeBodyGate  # after PROMETHEUS_MULTIPROC_DIR is set (app imports metrics)
+        from webhook.state import DrainFlag
 
         self.settings = settings
         self.reloader = reloader
         self.drain = DrainFlag()  # shared memory, created before the fork
-        # One large body parsed at a time in the whole pod: the workers lock one file (app.py says why). The
-        # metrics directory is per run and writable (an emptyDir in the compiled Deployment); with a single
-        # worker there is none, and the gate's thread lock is enough.
-        lock_file = settings.metrics_dir / "large-body.lock" if settings.metrics_dir is not None else None
-        self.large_bodies = LargeBodyGate(lock_file)
         super().__init__()
+
+    def connection_limits(self) -> connection.Limits:
+        """What one connection may take (the worker asks in each process)."""
+        s = self.settings
+        return connection.Limits(header_timeout=s.effective_header_timeout, request_timeout=s.request_timeout_seconds,
+                                 keepalive=s.keepalive_seconds, max_body=s.max_content_length)
+
+    def large_body_slots(self) -> int:
+        """How many bodies past 64 KiB one worker reads at once (worker.py)."""
+        return LARGE_BODY_SLOTS
 
     def load_config(self) -> None:
         s = self.settings
         options: dict[str, Any] = {
             "bind": [_address(s.bind, s.port)],
-            "worker_class": _Worker,
+            "worker_class": "webhook.worker.EventLoopWorker",
             "workers": s.workers,
-            "threads": s.threads,
+            "worker_connections": s.max_connections,
             "certfile": str(s.cert_file),
             "keyfile": str(s.key_file),
             "ssl_context": self.reloader,  # called per connection: rotation without restart (tls.py)
@@ -126,12 +131,19 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
 
     def load(self) -> Any:
         """Runs in each worker after the fork: its own store, metrics and Flask app."""
-        from webhook.app import EXTENSION, create_app
+        from webhook.app import create_app
+        from webhook.context import EXTENSION
 
-        app = create_app(self.settings, drain=self.drain, large_bodies=self.large_bodies)
-        self.reloader.observe(app.extensions[EXTENSION].metrics)
-        logging.getLogger("gunicorn.error").addFilter(_SlowClientLog())
+        app = create_app(self.settings, drain=self.drain)
+        self.metrics = app.extensions[EXTENSION].metrics
+        self.reloader.observe(self.metrics)
         return app
+
+    def connection_dropped(self, reason: str) -> None:
+        """A client refused or disconnected by the worker (worker.py), counted in this worker's metrics."""
+        metrics = getattr(self, "metrics", None)
+        if metrics is not None:
+            metrics.connection_dropped(reason)
 
     def run(self) -> None:
         try:
@@ -145,68 +157,6 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
 
             # Drops the dead worker's live* gauge samples; its counters stay, as counters must.
             multiprocess.mark_process_dead(worker.pid, str(self.settings.metrics_dir))
-
-
-#: gunicorn >= 24's "park this connection in the poller" answer from ThreadWorker.handle; None before.
-_PARK = getattr(gthread, "_DEFER", None)
-
-
-class _Worker(gthread.ThreadWorker):  # type: ignore[misc]
-    """gunicorn's gthread worker, changed in two ways so that clients who hold threads cannot starve others.
-
-    * A new connection waits for its first byte in the poller. gunicorn 27 hands every accepted
-      connection straight to a thread, which waits up to 5 s (gthread.py `DEFAULT_WORKER_DATA_TIMEOUT`)
-      for the client's first byte, so 8 clients that connect and say nothing (a TCP health check, a port
-      scan, an attack) held all 8 threads and a review waited 9.7 s (docs/reliability.md). Parked, a
-      silent connection holds no thread and is closed after `keepalive` seconds (as gunicorn <= 23 did).
-    * A worker accepts only while it has a free thread. gthread accepts whenever it has fewer than
-      `worker_connections` (1000) connections and queues the work behind its busy threads, so one worker
-      took all 16 stalled clients of a test and a review waited 7.7 s behind them while the other worker
-      sat idle. Left in the kernel's backlog, a connection goes to the first worker with a free thread.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._busy = 0  # connections handed to the pool and not yet back: only the main loop touches it
-
-    def handle(self, conn: Any) -> Any:
-        if _PARK is not None and not conn.initialized and not conn.data_ready and not conn.wait_for_data(0):
-            return _PARK
-        return super().handle(conn)
-
-    def enqueue_req(self, conn: Any) -> None:
-        self._busy += 1
-        super().enqueue_req(conn)
-
-    def finish_request(self, conn: Any, fs: Any) -> None:
-        self._busy -= 1
-        super().finish_request(conn, fs)
-
-    def accept(self, listener: Any) -> None:
-        super().accept(listener)
-        if self._busy >= self.cfg.threads:
-            self.set_accept_enabled(False)
-
-    def set_accept_enabled(self, enabled: bool) -> None:
-        # gthread's loop asks to accept again on every pass while it has room for connections; it gets its
-        # wish only once a thread is free (finish_request wakes the loop when one is).
-        super().set_accept_enabled(enabled and self._busy < self.cfg.threads)
-
-
-class _SlowClientLog(logging.Filter):
-    """Logs a client we disconnected on purpose (tls.ClientTooSlow) as one warning, not a traceback.
-
-    gthread's `handle` logs any OSError it does not recognise with `log.exception("Socket error processing
-    request.")`; a slow-loris client would fill the log with tracebacks of our own timeout.
-    """
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        error = record.exc_info[1] if record.exc_info else None
-        if isinstance(error, tls.ClientTooSlow):
-            record.msg, record.args = "%s", (str(error),)
-            record.exc_info, record.exc_text = None, None
-            record.levelno, record.levelname = logging.WARNING, "WARNING"
-        return True
 
 
 class _DrainingArbiter(Arbiter):  # type: ignore[misc]

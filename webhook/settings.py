@@ -23,12 +23,13 @@ class SettingsError(ValueError):
 class Settings:
     """Everything the webhook process is configured with.
 
-    Worker model: gunicorn's gthread worker, 2 processes x 4 threads by default, sized for the 2-CPU pod
-    the compiler emits. Evaluation is pure Python and holds the GIL, so one process can use only one CPU;
-    two processes use both during a burst (a rollout creating many pods), and keep serving if one dies.
-    Threads cover what waits rather than computes: TLS handshakes and reading request bodies; idle
-    keep-alive connections from the API server wait in the worker's selector and hold no thread. Several
-    processes mean Prometheus multiprocess mode (`metrics_dir`, see metrics.py).
+    Worker model: gunicorn's master with 2 worker processes by default, sized for the 2-CPU pod the
+    compiler emits, each serving all its connections from one asyncio event loop (worker.py). Evaluation
+    is pure Python and holds the GIL, so one process can use only one CPU; two processes use both during a
+    burst (a rollout creating many pods), and keep serving if one dies. What waits rather than computes
+    (TLS handshakes, headers and bodies on their way, idle keep-alive connections) is a small object on the
+    loop with a deadline, never a thread. Several processes mean Prometheus multiprocess mode
+    (`metrics_dir`, see metrics.py).
     """
 
     policy_file: Path | None = None
@@ -40,7 +41,11 @@ class Settings:
     bind: str = "0.0.0.0"
     port: int = 8443
     workers: int = 2
-    threads: int = 4
+    threads: int = 1
+    """Not used since the event-loop worker: accepted so that existing `--threads` command lines still run."""
+    max_connections: int = 500
+    """Open connections per worker, TLS handshakes included; beyond this a new one is closed at once. Each idle
+    TLS connection holds about 40 KiB, so the pod's memory limit is sized for 2 x 500 (docs/reliability.md)."""
     max_content_length: int = 3 * MIB
     """Request bodies above this get 413 before they are read; the API server caps a request at 3 MiB."""
     reload_interval_seconds: float = 2.0
@@ -52,10 +57,14 @@ class Settings:
     Deployment's preStop sleep (10 s) + drain + this must stay under terminationGracePeriodSeconds (30 s)."""
     keepalive_seconds: float = 75.0
     """Idle keep-alive lifetime; the API server reuses connections (webhook.md §1.10)."""
+    header_timeout_seconds: float = 5.0
+    """How long a new connection may take for its TLS handshake and its first request's headers, and a
+    kept-alive one for a request's headers from its first byte (Go's ReadHeaderTimeout); never more than
+    request_timeout_seconds. Slower clients are disconnected (connection.py)."""
     request_timeout_seconds: float = 10.0
-    """How long one request may take from its first byte (TLS handshake included) to its last; a client
-    that trickles its handshake, headers or body slower is disconnected (slow-loris, tls.py). The API server
-    itself gives up after the webhook's timeoutSeconds (3 s compiled, 30 s at most)."""
+    """How long one request may take from its first byte (from the accept, for a new connection) to its last
+    body byte; a client that trickles its body slower gets 408 and is disconnected. The API server itself
+    gives up after the webhook's timeoutSeconds (3 s compiled, 30 s at most)."""
     log_level: str = "info"
     log_objects: bool = False
     """Log admitted objects' contents at debug level (off: logs carry names, never specs or secrets)."""
@@ -98,13 +107,21 @@ class Settings:
             raise SettingsError(f"port {self.port} is not between 1 and 65535")
         if self.workers < 1 or self.threads < 1:
             raise SettingsError("workers and threads must be at least 1")
+        if self.max_connections < 1:
+            raise SettingsError("max connections must be at least 1")
         if self.max_content_length < 1024:
             raise SettingsError("max content length below 1 KiB would refuse every AdmissionReview")
         for name in ("reload_interval_seconds", "drain_seconds", "graceful_timeout_seconds", "keepalive_seconds"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name.replace('_', ' ')} must not be negative")
-        if not 0 < self.request_timeout_seconds <= 300:  # also refuses nan and inf
-            raise SettingsError("request timeout seconds must be more than 0 and at most 300")
+        for name in ("header_timeout_seconds", "request_timeout_seconds"):
+            if not 0 < getattr(self, name) <= 300:  # also refuses nan and inf
+                raise SettingsError(f"{name.replace('_', ' ')} must be more than 0 and at most 300")
+
+    @property
+    def effective_header_timeout(self) -> float:
+        """The header deadline actually applied: it cannot outlast the whole request's."""
+        return min(self.header_timeout_seconds, self.request_timeout_seconds)
 
     @property
     def policy_path(self) -> Path | None:
@@ -126,9 +143,10 @@ def _to_bool(text: str) -> bool:
 
 
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
-    "port": int, "workers": int, "threads": int, "max_content_length": int,
+    "port": int, "workers": int, "threads": int, "max_content_length": int, "max_connections": int,
     "reload_interval_seconds": float, "drain_seconds": float, "graceful_timeout_seconds": float,
-    "keepalive_seconds": float, "request_timeout_seconds": float, "log_objects": _to_bool,
+    "keepalive_seconds": float, "header_timeout_seconds": float, "request_timeout_seconds": float,
+    "log_objects": _to_bool,
     "log_level": str.lower, "bind": str, "policy_file": Path, "spec_file": Path, "cert_file": Path,
     "key_file": Path, "metrics_dir": Path,
 }

@@ -36,6 +36,7 @@ def _load_webhook_suite() -> tuple[ModuleType, ModuleType]:
 
 helpers, https = _load_webhook_suite()
 soak = _load("reliability_soak", ROOT / "scripts" / "soak.py")
+sys.modules.setdefault("soak", soak)  # scripts/stall.py imports it by name
 #: The compiler's admission-manifest tests: their CEL-evaluated `called()` and Pod Security checks.
 manifests = _load("reliability_admission_manifests", ROOT / "tests" / "compiler" / "test_admission_manifests.py")
 
@@ -84,3 +85,5 @@ def paths_in(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...
     elif isinstance(node, list):
         for index, value in enumerate(node):
             yield from paths_in(value, (*prefix, index))
+#: The stall check: hostile connections held open while reviews are measured (its own process for them).
+stall = _load("reliability_stall", ROOT / "scripts" / "stall.py")

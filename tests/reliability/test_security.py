@@ -61,13 +61,21 @@ def handshake(server: https.Server, version: ssl.TLSVersion, ciphers: str | None
         return version_name, cipher
 
 
+def refused_by_the_server(reason: str | None, alert: str) -> bool:
+    """The server ended the handshake: with its alert, or with a close. asyncio's TLS layer drops the alert
+    OpenSSL wrote when a handshake fails (Python 3.11 asyncio/sslproto.py `_on_handshake_complete` closes
+    the transport without flushing it), so the client may only see the connection end."""
+    return reason in (alert, "UNEXPECTED_EOF_WHILE_READING")
+
+
 @pytest.mark.filterwarnings("ignore:ssl.TLSVersion.TLSv1:DeprecationWarning")
 @pytest.mark.parametrize("version", [ssl.TLSVersion.TLSv1, ssl.TLSVersion.TLSv1_1], ids=["TLS 1.0", "TLS 1.1"])
 def test_a_tls_1_0_or_1_1_handshake_fails(server: https.Server, version: ssl.TLSVersion) -> None:
-    # The client would settle for anything; the refusal is the server's own protocol_version alert.
+    # The client would settle for anything; the refusal is the server's.
     with pytest.raises(ssl.SSLError) as refused:
         handshake(server, version, "DEFAULT:@SECLEVEL=0")
-    assert refused.value.reason == "TLSV1_ALERT_PROTOCOL_VERSION"
+    assert refused_by_the_server(refused.value.reason, "TLSV1_ALERT_PROTOCOL_VERSION"), refused.value
+    assert handshake(server, ssl.TLSVersion.TLSv1_2)[0] == "TLSv1.2"  # the server itself is fine
 
 
 @pytest.mark.parametrize(("version", "name"),
@@ -84,7 +92,7 @@ def test_tls_1_2_and_1_3_handshakes_succeed(server: https.Server, version: ssl.T
 def test_a_tls_1_2_client_offering_only_non_forward_secret_or_cbc_ciphers_is_refused(server: https.Server) -> None:
     with pytest.raises(ssl.SSLError) as refused:
         handshake(server, ssl.TLSVersion.TLSv1_2, "AES128-SHA:AES256-GCM-SHA384:ECDHE-ECDSA-AES128-SHA")
-    assert refused.value.reason == "SSLV3_ALERT_HANDSHAKE_FAILURE"  # the server's alert: no shared cipher
+    assert refused_by_the_server(refused.value.reason, "SSLV3_ALERT_HANDSHAKE_FAILURE"), refused.value
 
 
 # --- no private key, anywhere it could leak ---------------------------------------------------------------

@@ -1,0 +1,209 @@
+"""Try to stall the webhook: hold hostile connections open while valid reviews and probes must still pass.
+
+Usage (from the repository root):
+
+    .venv/bin/python scripts/stall.py                              # 100 per kind, 100 reviews/s, 30 s
+    .venv/bin/python scripts/stall.py --per-kind 20 --seconds 10 --json stall.json
+
+It starts `gpupolicy webhook serve` on 127.0.0.1 (2 workers, the mixed-fleet example, default timeouts),
+then, from a second process, keeps --per-kind connections of each hostile kind open, reopening each one
+the server drops:
+
+  idle        completes the TLS handshake, then sends nothing
+  headers     sends a request's headers one byte per second
+  body        sends headers declaring a 1000-byte body, then one body byte per second
+  declared    declares Content-Length: 3000000, then sends one body byte per second
+  chunked     declares a chunk of 0xffffffffffff bytes, then sends one byte per second
+
+Meanwhile it sends valid AdmissionReviews at --rate per second for --seconds (bench/pace.py: open loop,
+latency from each review's due time, kept-alive connections as the API server keeps them) and probes
+/healthz every 0.5 s on a new connection, as the kubelet does. The exit status is 0 only when no review
+failed or got a wrong verdict, review p99 < --max-p99-ms (100), and every probe was answered within 1 s.
+Only loopback is contacted; everything stops by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import asyncio.sslproto
+import json
+import multiprocessing
+import os
+import ssl
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import pace  # noqa: E402
+import reviews  # noqa: E402
+import soak  # noqa: E402
+
+SPEC = ROOT / "examples" / "clusters" / "mixed-fleet" / "cluster.yaml"  # the policy bench/reviews.py expects
+HEAD = b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+#: Per kind: what is sent at once, then what is trickled one byte per second.
+KINDS: dict[str, tuple[bytes, bytes]] = {
+    "idle": (b"", b""),
+    "headers": (b"", HEAD + b"X-Padding: " + b"p" * 200 + b"\r\n\r\n"),
+    "body": (HEAD + b"Content-Length: 1000\r\n\r\n", b"{" * 1000),
+    "declared": (HEAD + b"Content-Length: 3000000\r\n\r\n", b"[" * 1000),
+    "chunked": (HEAD + b"Transfer-Encoding: chunked\r\n\r\nffffffffffff\r\n", b"[" * 1000),
+}
+PROBE = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+
+# --- the hostile side (its own process, so its TLS work does not delay the reviews' clock) ----------------
+
+
+async def _hold(kind: str, port: int, context: ssl.SSLContext, until: float, counts: dict[str, int]) -> None:
+    prefix, trickle = KINDS[kind]
+    while time.monotonic() < until:
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                soak.LOOPBACK, port, ssl=context, server_hostname=soak.SERVICE_HOST), 10)
+        except (OSError, ssl.SSLError, TimeoutError):
+            counts["refused"] += 1
+            await asyncio.sleep(0.5)
+            continue
+        counts["opened"] += 1
+        eof = asyncio.ensure_future(reader.read(-1))
+        try:
+            writer.write(prefix)
+            for byte in trickle:
+                done, _ = await asyncio.wait({eof}, timeout=1.0)
+                if done or time.monotonic() >= until:
+                    break
+                writer.write(bytes([byte]))
+            await asyncio.wait({eof}, timeout=max(0.0, until - time.monotonic()))
+        except (OSError, ssl.SSLError):
+            pass
+        if eof.done():
+            counts["dropped"] += 1
+        eof.cancel()
+        writer.close()
+        await asyncio.sleep(0.05)
+
+
+async def _attack(port: int, ca: Path, per_kind: int, seconds: float) -> dict[str, int]:
+    asyncio.sslproto.SSLProtocol.max_size = 16 * 1024  # 500 client connections: keep their buffers small
+    context = pace.client_context(ca)
+    counts = {"opened": 0, "dropped": 0, "refused": 0}
+    until = time.monotonic() + seconds
+    tasks = []
+    for index in range(per_kind):
+        for kind in KINDS:
+            tasks.append(asyncio.create_task(_hold(kind, port, context, until, counts)))
+        if index % 10 == 9:
+            await asyncio.sleep(0.05)  # open them over a second or two, not in one burst
+    await asyncio.gather(*tasks)
+    return counts
+
+
+def _attacker(port: int, ca: Path, per_kind: int, seconds: float, out: Any) -> None:
+    out.put(asyncio.run(_attack(port, ca, per_kind, seconds)))
+
+
+# --- the legitimate side -----------------------------------------------------------------------------------
+
+
+async def _probe(port: int, context: ssl.SSLContext, until: float, times: list[float], failed: list[str]) -> None:
+    while time.monotonic() < until:
+        started = time.perf_counter()
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(
+                soak.LOOPBACK, port, ssl=context, server_hostname=soak.SERVICE_HOST), 5)
+            writer.write(PROBE)
+            answer = await asyncio.wait_for(reader.read(-1), 5)
+            writer.close()
+            if not answer.startswith(b"HTTP/1.1 200"):
+                failed.append(answer[:60].decode("latin-1"))
+        except (OSError, ssl.SSLError, TimeoutError) as err:
+            failed.append(type(err).__name__)
+        times.append(time.perf_counter() - started)
+        await asyncio.sleep(0.5)
+
+
+async def _legitimate(port: int, ca: Path, rate: float, seconds: float) -> dict[str, Any]:
+    context = pace.client_context(ca)
+    probes: list[float] = []
+    failed: list[str] = []
+    prober = asyncio.create_task(_probe(port, context, time.monotonic() + seconds, probes, failed))
+    result = await pace.run(f"https://{soak.LOOPBACK}:{port}", rate, seconds, connections=8, context=context,
+                            bodies=reviews.bodies(), check_verdicts=True)
+    await prober
+    return {"reviews": result.summary(), "healthz_max_s": round(max(probes, default=0.0), 3),
+            "healthz_probes": len(probes), "healthz_failures": failed}
+
+
+def measure(*, per_kind: int = 100, rate: float = 100.0, seconds: float = 30.0, workdir: Path) -> dict[str, Any]:
+    """Run the whole check against a fresh server in workdir; every figure in one dict."""
+    server = soak.start_server(workdir, workers=2, threads=1, spec=SPEC)
+    ca = server.target.ca_files[0]
+    queue: multiprocessing.Queue[dict[str, int]] = multiprocessing.Queue()
+    ramp = 3.0 + per_kind * len(KINDS) / 200  # the hostile connections are open before the clock starts
+    attacker = multiprocessing.Process(target=_attacker, args=(server.target.port, ca, per_kind, ramp + seconds + 1,
+                                                               queue), daemon=True)
+    try:
+        attacker.start()
+        time.sleep(ramp)
+        before = soak.memory_mib(server.process.pid)
+        legitimate = asyncio.run(_legitimate(server.target.port, ca, rate, seconds))
+        after = soak.memory_mib(server.process.pid)
+        hostile = queue.get(timeout=60)
+        attacker.join(timeout=10)
+    finally:
+        if attacker.is_alive():
+            attacker.kill()
+        status = soak.stop_server(server)
+    log = server.log_text()
+    return {**legitimate, "hostile": {"per_kind": per_kind, "kinds": sorted(KINDS), **hostile},
+            "memory_during_mib": before, "memory_end_mib": after, "server_exit": status,
+            "tracebacks_in_log": log.count("Traceback")}
+
+
+def verdict(report: dict[str, Any], max_p99_ms: float) -> list[str]:
+    """What failed, in words (empty when the server held)."""
+    problems = []
+    reviews_ = report["reviews"]
+    if reviews_["errors"]:
+        problems.append(f"{reviews_['errors']} reviews failed or got a wrong verdict")
+    if reviews_["p99_ms"] >= max_p99_ms:
+        problems.append(f"review p99 {reviews_['p99_ms']:.1f} ms >= {max_p99_ms:g} ms")
+    if report["healthz_failures"] or report["healthz_max_s"] >= 1.0:
+        problems.append(f"/healthz: {report['healthz_failures'][:3]} slowest {report['healthz_max_s']} s")
+    if report["server_exit"] != 0 or report["tracebacks_in_log"]:
+        problems.append(f"server exit {report['server_exit']}, {report['tracebacks_in_log']} tracebacks")
+    return problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--per-kind", type=int, default=100, help="hostile connections of each kind (default 100)")
+    parser.add_argument("--rate", type=float, default=100.0, help="valid reviews per second (default 100)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="how long the reviews run (default 30)")
+    parser.add_argument("--max-p99-ms", type=float, default=100.0)
+    parser.add_argument("--json", type=Path, help="also write the report here")
+    args = parser.parse_args(argv)
+    if os.getloadavg()[0] > (os.cpu_count() or 1):
+        print(f"note: load average {os.getloadavg()[0]:.1f} at start", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="gpupolicy-stall-") as tmp:
+        report = measure(per_kind=args.per_kind, rate=args.rate, seconds=args.seconds, workdir=Path(tmp))
+    text = json.dumps(report, indent=2, sort_keys=True)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    problems = verdict(report, args.max_p99_ms)
+    for problem in problems:
+        print(f"FAILED: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

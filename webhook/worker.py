@@ -1,0 +1,245 @@
+"""The gunicorn worker: one asyncio event loop per process accepts, reads and answers every connection.
+
+Why not gthread (the worker this replaced): it commits one of its few threads to a connection before the
+request has arrived, so clients that complete a TLS handshake and stay silent, trickle their headers, or
+declare a large body and send it slowly held every thread and stopped the reviews behind them
+(docs/reliability.md has the figures). Here a connection is an object on the loop until its request is
+complete (connection.py), and the application then runs on the loop itself: reviews are pure CPU under the
+GIL, so a thread pool would add hand-offs and buy no parallelism. Two processes use two CPUs.
+
+What the worker bounds:
+* connections: at most `max_connections` open at once (gunicorn's `worker_connections`), handshakes
+  included; beyond that a new connection is closed at once, before any TLS work, and counted;
+* TLS: the handshake must finish within the header timeout; each handshake uses the newest good
+  certificate (the `ssl_context` hook, tls.CertificateReloader); asyncio's per-connection read buffer is
+  cut from 256 KiB to 16 KiB (one TLS record), or a thousand idle connections would hold 256 MiB;
+* bodies in flight: a body past 64 KiB needs one of `large_body_slots` slots to go on reading; without
+  one, its client waits (within its request deadline) until a large body is done. Slots are granted in
+  order and never taken back, so large bodies always progress;
+* shutdown: SIGTERM stops accepting, closes idle connections, lets requests under way finish within
+  `graceful_timeout`, then exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.sslproto
+import collections
+import contextlib
+import ctypes
+import ctypes.util
+import os
+import signal
+import socket
+import ssl
+import sys
+from typing import Any
+
+from gunicorn import sock as gunicorn_sock
+from gunicorn.workers import base
+
+from webhook import connection, wsgi
+
+#: asyncio's SSLProtocol reads into a buffer of this many bytes per connection (3.11 default: 256 KiB,
+#: allocated and zeroed for every connection). A TLS record carries at most 16 KiB, so nothing is lost.
+TLS_READ_BYTES = 16 * 1024
+#: How many pending connections one wake-up of the listener accepts before the loop serves others.
+ACCEPT_BATCH = 64
+#: After its last answer, how long a closing TLS connection waits for the client's close_notify.
+TLS_SHUTDOWN_SECONDS = 1.0
+#: glibc's malloc_trim(3): parsing a large body leaves megabytes of freed heap that glibc would keep
+#: (measured: the pod settled 15-20 MiB higher without it, scripts/memory.py). None on other C libraries.
+_MALLOC_TRIM = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)
+#: Drop reports logged one by one per window; the rest are counted and summed up in one line.
+LOG_BURST, LOG_WINDOW_SECONDS = 20, 10.0
+
+
+class EventLoopWorker(base.Worker):  # type: ignore[misc]
+    """A gunicorn worker whose connections cost no thread while their requests arrive (module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connections: set[connection.Connection] = set()
+        self._large: set[connection.Connection] = set()
+        self._waiting: collections.deque[connection.Connection] = collections.deque()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._log_window_end = 0.0
+        self._logged = 0
+        self._suppressed: dict[str, int] = {}
+
+    # --- connection.Host ------------------------------------------------------------------------------
+
+    @property
+    def wsgi_app(self) -> wsgi.WSGIApp:
+        return self.wsgi  # type: ignore[no-any-return]
+
+    @property
+    def limits(self) -> connection.Limits:
+        return self._limits
+
+    @property
+    def draining(self) -> bool:
+        return not self.alive
+
+    def admit_large_body(self, conn: connection.Connection) -> bool:
+        """A slot for a large body, or False: the connection then waits (paused) for large_body_done."""
+        if len(self._large) < self._large_slots:
+            self._large.add(conn)
+            return True
+        self._waiting.append(conn)
+        return False
+
+    def large_body_done(self, conn: connection.Connection) -> None:
+        if conn in self._large:
+            self._large.discard(conn)
+        elif conn in self._waiting:
+            self._waiting.remove(conn)
+        while self._waiting and len(self._large) < self._large_slots:
+            waiting = self._waiting.popleft()
+            self._large.add(waiting)
+            waiting.resume_reading()
+
+    def closed(self, conn: connection.Connection) -> None:
+        self.connections.discard(conn)
+
+    def after_large_request(self) -> None:
+        """Hand the heap's free pages back to the kernel after a large body (glibc keeps them otherwise)."""
+        if _MALLOC_TRIM is not None:
+            _MALLOC_TRIM(0)
+
+    def dropped(self, reason: str, message: str) -> None:
+        """Log a refused or timed-out client in one line; a flood of them is summed up, not logged line by line."""
+        assert self.loop is not None
+        now = self.loop.time()
+        if now >= self._log_window_end:
+            if self._suppressed:
+                counts = ", ".join(f"{n} {why}" for why, n in sorted(self._suppressed.items()))
+                self.log.warning("more clients refused or disconnected in the last %gs: %s",
+                                 LOG_WINDOW_SECONDS, counts)
+            self._log_window_end, self._logged, self._suppressed = now + LOG_WINDOW_SECONDS, 0, {}
+        if self._logged < LOG_BURST:
+            self._logged += 1
+            self.log.warning("%s", message)
+        else:
+            self._suppressed[reason] = self._suppressed.get(reason, 0) + 1
+        observer = getattr(self.app, "connection_dropped", None)
+        if observer is not None:
+            observer(reason)
+
+    # --- gunicorn's Worker ------------------------------------------------------------------------------
+
+    def init_process(self) -> None:
+        asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BYTES  # type: ignore[attr-defined]
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self._stopping = asyncio.Event()
+        self._limits = self.app.connection_limits()
+        self._large_slots = self.app.large_body_slots()
+        super().init_process()  # signals, the application, then run()
+
+    def init_signals(self) -> None:
+        super().init_signals()
+        assert self.loop is not None
+        # Through the loop's wake-up pipe, so a signal wakes the selector at once.
+        self.loop.add_signal_handler(signal.SIGTERM, self._stop)
+        self.loop.add_signal_handler(signal.SIGQUIT, self._quit)
+        self.loop.add_signal_handler(signal.SIGINT, self._quit)
+        self.loop.add_signal_handler(signal.SIGUSR1, self.log.reopen_files)
+
+    def run(self) -> None:
+        assert self.loop is not None
+        try:
+            self.loop.run_until_complete(self._serve())
+        finally:
+            self.loop.close()
+
+    # --- serving ----------------------------------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        assert self.loop is not None and self._stopping is not None
+        for listener in self.sockets:
+            listener.sock.setblocking(False)
+            self.loop.add_reader(listener.sock.fileno(), self._accept, listener.sock)
+        heartbeat = max(0.5, min(1.0, self.timeout / 4))
+        while self.alive:
+            self.notify()
+            if self.ppid != os.getppid():
+                self.log.info("Parent changed, shutting down: %s", self)
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), heartbeat)
+        await self._drain()
+
+    def _accept(self, listener: socket.socket) -> None:
+        assert self.loop is not None
+        for _ in range(ACCEPT_BATCH):
+            try:
+                client, _ = listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:  # EMFILE, ENOBUFS, ...: the backlog keeps the client for the next try
+                self.log.warning("cannot accept a connection: %s", err)
+                return
+            if len(self.connections) >= self.cfg.worker_connections:
+                self.dropped("connection-limit", f"{_peer(client)}: refused, {len(self.connections)} connections "
+                                                 f"are open (the limit per worker)")
+                client.close()
+                continue
+            client.setblocking(False)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = connection.Connection(self, accepted_at=self.loop.time())
+            self.connections.add(conn)
+            self.loop.create_task(self._start(conn, client))
+
+    async def _start(self, conn: connection.Connection, client: socket.socket) -> None:
+        assert self.loop is not None
+        peer = _peer(client)
+        context = gunicorn_sock.ssl_context(self.cfg) if self.cfg.is_ssl else None
+        try:
+            await self.loop.connect_accepted_socket(
+                lambda: conn, client, ssl=context,
+                ssl_handshake_timeout=self._limits.header_timeout if context else None,
+                ssl_shutdown_timeout=TLS_SHUTDOWN_SECONDS if context else None,
+            )
+        except TimeoutError:
+            self._failed(conn, client)
+            self.dropped("timeout", f"{peer} did not complete its TLS handshake within "
+                                    f"{self._limits.header_timeout:g}s; disconnected")
+        except (OSError, ssl.SSLError, EOFError) as err:  # scanners, refused TLS versions, resets
+            self._failed(conn, client)
+            self.log.debug("TLS handshake with %s failed: %s", peer, err)
+
+    def _failed(self, conn: connection.Connection, client: socket.socket) -> None:
+        self.connections.discard(conn)
+        client.close()
+
+    async def _drain(self) -> None:
+        assert self.loop is not None
+        for listener in self.sockets:
+            self.loop.remove_reader(listener.sock.fileno())
+        for conn in list(self.connections):
+            conn.shutdown()
+        deadline = self.loop.time() + self.cfg.graceful_timeout
+        while self.connections and self.loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        for conn in list(self.connections):
+            conn.abort()
+
+    def _stop(self) -> None:
+        self.alive = False
+        if self._stopping is not None:
+            self._stopping.set()
+
+    def _quit(self) -> None:
+        self.alive = False
+        self.cfg.worker_int(self)
+        sys.exit(0)
+
+
+def _peer(client: socket.socket) -> str:
+    try:
+        host, port = client.getpeername()[:2]
+    except OSError:
+        return "a client"
+    return f"{host}:{port}"
