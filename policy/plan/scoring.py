@@ -84,15 +84,25 @@ class Evaluation:
     def rank_key(self) -> tuple[object, ...]:
         return (not self.hostable, self.fits is False, self.oom.level == "high", bool(self.violations),
                 -round(self.score, 6), -self.packing.per_gpu, MODES.index(self.candidate.mode),
-                self.candidate.label)
+                len(self.candidate.layout), self.candidate.label)
 
 
 def evaluate(target: Target, workloads: Sequence[Workload], figures: Figures,
              candidates: Sequence[Candidate]) -> tuple[Evaluation, ...]:
     """Every candidate evaluated and ranked (best first); cost is relative to the cheapest hostable one."""
     packed = [(c, pack(target, c, workloads, figures.reserve_percent)) for c in candidates]
-    cheapest = min((p.gpus for _, p in packed if p.gpus is not None), default=None)
+    first = [_evaluate(target, c, p, workloads, figures, None) for c, p in packed]
+    cheapest = _cheapest(first)
     return rank([_evaluate(target, c, p, workloads, figures, cheapest) for c, p in packed])
+
+
+def _cheapest(evaluations: Sequence[Evaluation]) -> int | None:
+    """The fewest GPUs among the candidates that could be recommended (without a production workload sharing
+    memory, if any is), so a candidate ruled out anyway does not make the others look expensive."""
+    pools = ([e for e in evaluations if e.recommendable and not e.violations],
+             [e for e in evaluations if e.recommendable], [e for e in evaluations if e.hostable])
+    pool = next((p for p in pools if p), [])
+    return min((e.packing.gpus for e in pool if e.packing.gpus is not None), default=None)
 
 
 def rank(evaluations: Sequence[Evaluation]) -> tuple[Evaluation, ...]:
