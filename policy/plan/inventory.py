@@ -37,6 +37,7 @@ __all__ = [
     "parse_prometheus",
     "parse_yaml",
     "pod_owner",
+    "with_measurements",
 ]
 
 INVENTORY_KIND = "WorkloadInventory"
@@ -457,7 +458,8 @@ def _replicas(obj: Mapping[str, Any], kind: str) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
 
 
-def with_measurements(derived: Sequence[Derived], measured: Measurements) -> tuple[tuple[Derived, ...], tuple[str, ...]]:
+def with_measurements(derived: Sequence[Derived], measured: Measurements
+                      ) -> tuple[tuple[Derived, ...], tuple[str, ...]]:
     """The derived workloads with their pods' peak memory (max over pods) and SM activity (max over pods' means),
     plus workloads seen only in Prometheus (replicas = pods seen), and notes on how they were matched."""
     by_namespace: dict[str, list[str]] = {}

@@ -173,7 +173,8 @@ def _mig(target: Target, candidate: Candidate, processes: Sequence[Process]) -> 
         gpus += 1
 
 
-def _smallest_fit(one: Sequence[Slot], gpus: int, ordered: Sequence[Process]) -> tuple[tuple[Slot, Process], ...] | None:
+def _smallest_fit(one: Sequence[Slot], gpus: int, ordered: Sequence[Process]
+                  ) -> tuple[tuple[Slot, Process], ...] | None:
     """Largest process first into the smallest free slot that holds it: optimal here, since a slot that holds a
     process holds every smaller one."""
     free = sorted((Slot(g, s.device, s.memory_mib, s.compute, s.replicas) for g in range(gpus) for s in one),

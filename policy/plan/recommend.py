@@ -83,13 +83,16 @@ def make_plan(targets: Sequence[Target], inventory: Inventory, figures: Figures,
 
 
 def _per_mode(ranked: Sequence[Evaluation], every_mig: bool = False) -> list[Evaluation]:
-    """The best hostable candidate of each mode, and with ``every_mig`` every hostable MIG layout."""
+    """The best hostable candidate of each mode, and with ``every_mig`` every MIG layout."""
     seen: set[str] = set()
     out = []
     for e in ranked:
+        if every_mig and e.candidate.mode == "mig":
+            out.append(e)  # every layout, even one that cannot take every task: the simulation shows which
+            continue
         if not e.hostable:
             continue
-        if e.candidate.mode not in seen or (every_mig and e.candidate.mode == "mig"):
+        if e.candidate.mode not in seen:
             seen.add(e.candidate.mode)
             out.append(e)
     return out
