@@ -265,14 +265,30 @@ def _plan(args: argparse.Namespace, resolved: ResolvedPolicy | None, targets: tu
     if args.draft:
         assert resolved is not None
         data = resolved.policy.model_dump(by_alias=True, exclude_unset=True, mode="json")
-        sys.stdout.write(serialize.dump_yaml(recommend.draft_spec(data, plan)).decode("utf-8"))
-    elif args.output == "json":
+        text = serialize.dump_yaml(recommend.draft_spec(data, plan)).decode("utf-8")
+        sys.stdout.write(text)
+        return _check_draft(text) or (0 if plan.complete else 1)
+    if args.output == "json":
         sys.stdout.write(serialize.dump_json(planning.plan_dict(plan)).decode("utf-8"))
     elif args.output == "markdown":
         sys.stdout.write(planning.render_markdown(plan, top=top, pictures_dir=args.pictures))
     else:
         sys.stdout.write(planning.render_text(plan, top=top))
     return 0 if plan.complete else 1
+
+
+def _check_draft(text: str) -> int:
+    """1 after printing why, when the drafted spec does not validate (e.g. a tenant allows a mode no class offers
+    any more); 0 when it does."""
+    from cli.reporters import Report, render_text
+    from policy.load import load_policy
+
+    errors = [d for d in load_policy(text, filename="<draft>").diagnostics if d.severity == "error"]
+    if not errors:
+        return 0
+    sys.stderr.write(render_text(Report(diagnostics=errors, files=1)))
+    print("gpupolicy plan: the draft needs the edits above before it validates", file=sys.stderr)
+    return 1
 
 
 def _write_pictures(directory: str, files: dict[str, bytes]) -> bool:

@@ -65,14 +65,14 @@ class Plan:
 def make_plan(targets: Sequence[Target], inventory: Inventory, figures: Figures, *,
               tasks: Sequence[sim.Task] | None = None) -> Plan:
     """Rank every candidate of every target for the workloads it hosts; simulate ``tasks`` (default: the batch
-    workloads' replicas) under each target's best candidate per mode."""
+    workloads' replicas) under each target's best candidate per mode, on all the class's GPUs (one card for a
+    named model), so every candidate runs the batch on the same hardware."""
     plans = []
     for target in targets:
         hosted = tuple(w for w in inventory.workloads if target.hosts(w))
         ranked = evaluate(target, hosted, figures, candidates(target, hosted, figures.reserve_percent))
         batch = tuple(tasks) if tasks is not None else sim.tasks_from_inventory(hosted)
-        gpus = target.total_gpus or 1
-        simulations = tuple(sim.simulate(target, e.candidate, batch, figures, gpus)
+        simulations = tuple(sim.simulate(target, e.candidate, batch, figures, target.total_gpus or 1)
                             for e in _per_mode(ranked, every_mig=True)) if batch else ()
         plans.append(ClassPlan(target, hosted, ranked, simulations))
     unplaced = [w.label for w in inventory.workloads if not any(t.hosts(w) for t in targets)]
@@ -82,13 +82,18 @@ def make_plan(targets: Sequence[Target], inventory: Inventory, figures: Figures,
     return Plan(tuple(plans), figures, tuple(notes))
 
 
+MAX_SIMULATED_LAYOUTS = 4
+
+
 def _per_mode(ranked: Sequence[Evaluation], every_mig: bool = False) -> list[Evaluation]:
-    """The best hostable candidate of each mode, and with ``every_mig`` every MIG layout."""
+    """The best hostable candidate of each mode, and with ``every_mig`` the best few MIG layouts."""
     seen: set[str] = set()
     out = []
     for e in ranked:
         if every_mig and e.candidate.mode == "mig":
-            out.append(e)  # every layout, even one that cannot take every task: the simulation shows which
+            # The best few layouts, even one that cannot take every task: the simulation shows which.
+            if sum(1 for o in out if o.candidate.mode == "mig") < MAX_SIMULATED_LAYOUTS:
+                out.append(e)
             continue
         if not e.hostable:
             continue
