@@ -239,7 +239,7 @@ def _with_reasons(e: Evaluation, workloads: Sequence[Workload], figures: Figures
             reasons.append(f"{'fits' if e.fits else 'does not fit'} the class's {total} GPU(s)")
     if e.oom.level != "none":
         reasons.append(f"memory not enforced, OOM risk {e.oom.level}: {e.oom.detail}")
-    if e.hostable:
+    if e.hostable and e.slowdowns:
         busiest = max(e.slowdowns, key=lambda kv: kv[1])
         reasons.append(f"slowdown {e.mean_slowdown:.3f} on average, {busiest[1]:.3f} for {busiest[0]}"
                        + _overhead_note(e.candidate, figures))
