@@ -81,7 +81,7 @@ def test_bad_input_exits_2_with_a_located_message(tmp_path: Path, capsys) -> Non
     broken.write_text("workloads:\n  - name: svc\n    memory: lots\n    smActivity: 0.1\n")
     assert main(["plan", "-p", TKE, str(broken)]) == 2
     assert f"{broken}:3:" in capsys.readouterr().err
-    assert main(["plan", "--gpu", "H100-SXM", TKE_INVENTORY]) == 2
+    assert main(["plan", "--gpu", "A100X", TKE_INVENTORY]) == 2
     assert "did you mean" in capsys.readouterr().err
     assert main(["plan", TKE_INVENTORY]) == 2
     assert main(["plan", "-p", TKE, TKE_INVENTORY, "--weights", "speed=1"]) == 2
