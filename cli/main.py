@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("cli.commands.validate", "check cluster specs and report every finding"),
     "compile": ("cli.commands.compile", "compile a spec into a Kustomize tree (--check: detect drift)"),
     "explain": ("cli.commands.explain", "show per class what gets generated and the capacity it yields"),
+    "plan": ("cli.commands.plan", "choose each class's sharing mode and sizing from measured workloads"),
     "admit": ("cli.commands.admit", "run the admission rules over application manifests"),
     "test": ("cli.commands.suite", "run table-driven admission test suites"),
     "schema": ("cli.commands.schema", "print or write the JSON Schemas of the spec and admission policy"),

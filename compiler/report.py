@@ -348,8 +348,15 @@ def _class_table(report: CapacityReport) -> str:
     return "\n".join(rows)
 
 
+def picture_path(class_name: str) -> str:
+    """Where the tree keeps a class's capacity picture (Kustomize ignores files no kustomization lists)."""
+    return f"pictures/{class_name}.svg"
+
+
 def _class_section(c: ClassReport) -> list[str]:
-    out = [f"### {c.name}" + (f": {c.description}" if c.description else ""), ""]
+    out = [f"### {c.name}" + (f": {c.description}" if c.description else ""), "",
+           f"![{c.name}: {'MIG layout' if c.mode == 'mig' else 'slots before and after'}]({picture_path(c.name)})",
+           ""]
     out.append(f"- GPU: {c.gpus_per_node} × {c.product} per node, {_count(c.nodes)} node(s)")
     out.append(f"- Before: {c.before.per_node} `{EXCLUSIVE}` per node, {_mib(c.before.memory_mib)} each")
     for s in c.after:

@@ -7,7 +7,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from compiler import objects, report, serialize
+from compiler import objects, pictures, report, serialize
 from compiler.objects import Obj
 from compiler.targets import admission_webhook, device_plugin, gpu_operator, mig_parted
 from policy.resolve import ResolvedPolicy
@@ -69,6 +69,8 @@ def build_tree(resolved: ResolvedPolicy) -> Tree:
         list(components),
         labels={"app.kubernetes.io/managed-by": objects.MANAGED_BY, "gpupolicy.dev/cluster": policy.metadata.name},
     ))
+    for rc in resolved.classes:
+        files[report.picture_path(rc.name)] = pictures.class_picture(rc)
     capacity = report.build_report(resolved)
     files["REPORT.md"] = report.render_markdown(capacity).encode("utf-8")
     files["report.json"] = serialize.dump_json(capacity.to_dict())

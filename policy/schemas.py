@@ -10,12 +10,14 @@ from pydantic import BaseModel
 from policy.engine import AdmissionTestSuite
 from policy.model import ClusterGPUPolicy
 from policy.offers import AdmissionPolicy
+from policy.plan.inventory import InventoryFile
 
 SCHEMA_BASE = "https://gpupolicy.dev/schemas/"
 GENERATED: dict[str, tuple[type[BaseModel], str]] = {
     "cluster-policy.schema.json": (ClusterGPUPolicy, "A cluster's GPU-sharing policy (gpupolicy.dev/v1alpha1)."),
     "admission-policy.schema.json": (AdmissionPolicy, "The admission policy compiled from a ClusterGPUPolicy."),
     "admission-test-suite.schema.json": (AdmissionTestSuite, "Table-driven admission tests (gpupolicy test)."),
+    "workload-inventory.schema.json": (InventoryFile, "Workloads to plan GPU sharing for (gpupolicy plan)."),
 }
 
 

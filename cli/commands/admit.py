@@ -14,9 +14,6 @@ if TYPE_CHECKING:
     from policy.engine import Engine
     from policy.source import Document
 
-MANIFEST_SUFFIXES = (".yaml", ".yml")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-p", "--policy", required=True, metavar="SPEC", help="the cluster's ClusterGPUPolicy file")
     parser.add_argument("manifests", nargs="+", metavar="MANIFEST",
@@ -38,9 +35,10 @@ class _Tally:
 
 
 def run(args: argparse.Namespace) -> int:
+    from cli.manifests import namespace_objects, parse_namespace_flags, read_manifests
     from cli.reporters import REPORTER_BY_NAME, Report
 
-    namespaces = _parse_namespace_flags(args.namespace_labels)
+    namespaces = parse_namespace_flags(args.namespace_labels)
     if isinstance(namespaces, str):
         print(f"gpupolicy admit: error: {namespaces}", file=sys.stderr)
         return 2
@@ -49,8 +47,8 @@ def run(args: argparse.Namespace) -> int:
     if engine is None:  # a broken policy is bad input, not a denied workload: CI must tell them apart
         sys.stdout.write(REPORTER_BY_NAME[args.output](report))
         return 2
-    documents = list(_read_manifests(args.manifests, report))
-    tally = _Tally(namespaces=_namespace_objects(documents))
+    documents = list(read_manifests(args.manifests, report))
+    tally = _Tally(namespaces=namespace_objects(documents))
     for ns, labels in namespaces.items():
         tally.namespaces.setdefault(ns, {}).update(labels)
     for doc in documents:
@@ -59,22 +57,6 @@ def run(args: argparse.Namespace) -> int:
           f"{tally.warned} with warnings", file=sys.stderr)
     sys.stdout.write(REPORTER_BY_NAME[args.output](report))
     return report.exit_code
-
-
-def _parse_namespace_flags(values: list[str]) -> dict[str, dict[str, str]] | str:
-    """``NS=k=v,k2=v2`` flags to labels per namespace, or the usage error."""
-    out: dict[str, dict[str, str]] = {}
-    for value in values:
-        ns, eq, rest = value.partition("=")
-        if not eq or not ns:
-            return f"--namespace-labels {value!r}: write NS=key=value[,key=value...]"
-        labels = out.setdefault(ns, {})
-        for pair in filter(None, rest.split(",")):
-            key, eq, label = pair.partition("=")
-            if not eq or not key:
-                return f"--namespace-labels {value!r}: {pair!r} is not key=value"
-            labels[key] = label
-    return out
 
 
 def _load_engine(path: str, report: Report) -> Engine | None:
@@ -90,68 +72,11 @@ def _load_engine(path: str, report: Report) -> Engine | None:
     return Engine(build_admission_policy(policy))
 
 
-def _read_manifests(paths: list[str], report: Report) -> Iterator[Document]:
-    from cli.inputs import read_text
-    from policy.diagnostics import Diagnostic
-    from policy.source import parse_documents
-
-    for path in _expand(paths):
-        report.files += 1
-        text = read_text(path)
-        if isinstance(text, Diagnostic):
-            report.extend([text])
-            continue
-        for doc in parse_documents(text, filename=path):
-            if doc.data is None:
-                # Only unreadable YAML stops a document; YAML 1.1 notes and duplicate keys are the
-                # application's business, not the GPU policy's.
-                report.extend(doc.diagnostics)
-                continue
-            yield doc
-
-
-def _expand(paths: list[str]) -> Iterator[str]:
-    from pathlib import Path
-
-    for path in paths:
-        if path != "-" and Path(path).is_dir():
-            found = (p for p in Path(path).rglob("*") if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
-            yield from (str(p) for p in sorted(found))
-        else:
-            yield path
-
-
-def _objects(data: Any, prefix: Path = ()) -> Iterator[tuple[dict[str, Any], Path]]:
-    """Every object of a document, with ``List`` kinds (kubectl get -o yaml) unwrapped."""
-    if not isinstance(data, dict):
-        return
-    items = data.get("items")
-    if isinstance(data.get("kind"), str) and data["kind"].endswith("List") and isinstance(items, list):
-        for i, item in enumerate(items):
-            yield from _objects(item, (*prefix, "items", i))
-        return
-    yield data, prefix
-
-
-def _namespace_objects(documents: list[Document]) -> dict[str, dict[str, str]]:
-    out: dict[str, dict[str, str]] = {}
-    for doc in documents:
-        for obj, _ in _objects(doc.data):
-            metadata = obj.get("metadata")
-            if obj.get("kind") != "Namespace" or not isinstance(metadata, dict):
-                continue
-            name, labels = metadata.get("name"), metadata.get("labels")
-            if isinstance(name, str):
-                out.setdefault(name, {}).update(
-                    {k: v for k, v in (labels or {}).items() if isinstance(k, str) and isinstance(v, str)}
-                    if isinstance(labels, dict) else {})
-    return out
-
-
 def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tally) -> Iterator[Diagnostic]:
+    from cli.manifests import objects
     from policy import workloads
 
-    for obj, prefix in _objects(doc.data):
+    for obj, prefix in objects(doc.data):
         workload = workloads.find_workload(obj)
         if workload is None:
             if workloads.wraps_pod_templates(obj) and workloads.requests_gpus_anywhere(obj.get("spec")):

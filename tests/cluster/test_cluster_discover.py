@@ -94,11 +94,11 @@ def test_the_seed_draft_given_plain_replicas_compiles_to_the_examples_device_plu
     assert plugin == sorted(p for p in drafted if p.startswith("device-plugin/"))
     assert {p: drafted[p] for p in plugin} == {p: example[p] for p in plugin}
     # Expected to differ: replicas given instead of sizing change the memory per slot (46068 / 8 rather than the
-    # measured 4621 MiB), which the capacity report and the admission policy (and so the webhook Deployment that
-    # mounts that content-named ConfigMap) carry.
+    # measured 4621 MiB), which the capacity report and its pictures and the admission policy (and so the webhook
+    # Deployment that mounts that content-named ConfigMap) carry.
     assert {p for p in example if drafted[p] != example[p]} == {
-        "REPORT.md", "report.json", "admission/configmap-gpupolicy-admission-policy.yaml",
-        "admission/deployment-gpupolicy-webhook.yaml"}
+        "REPORT.md", "report.json", "pictures/l20.svg", "pictures/t4.svg",
+        "admission/configmap-gpupolicy-admission-policy.yaml", "admission/deployment-gpupolicy-webhook.yaml"}
 
 
 def test_the_draft_text_loads_as_exactly_its_data(cluster, gpupolicy):

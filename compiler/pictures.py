@@ -1,0 +1,301 @@
+"""Pictures a reviewer opens from the repository: SVG built element by element, the same bytes every time.
+
+- ``mig_gpu``: the memory slices of one GPU and the MIG instance placed on each, with memory per instance and
+  per time-sliced replica;
+- ``slots``: a class's schedulable slots and the memory behind each, before sharing and after;
+- ``scores``: seed 001's weighted score of each candidate, stacked by dimension;
+- ``simulation``: makespan and utilization of a batch under each candidate.
+
+Used by `compile` (pictures/<class>.svg in the tree, linked from REPORT.md) and by `plan --pictures`.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from policy import mig
+from policy.catalog import MigGeometry
+from policy.resolve import ResolvedClass
+
+__all__ = ["Bar", "Instance", "SlotRow", "class_picture", "mig_gpu", "scores", "simulation", "slots"]
+
+SVG_NS = "http://www.w3.org/2000/svg"
+FONT = "DejaVu Sans, Helvetica, Arial, sans-serif"
+WIDTH = 760
+INK = "#1f2933"
+MUTED = "#616e7c"
+PALETTE = ("#3b82c4", "#e0803a", "#4fa36b", "#b5545c", "#8c6bb1", "#c9a227", "#4bb0b8")
+DIMENSION_COLOURS = {"isolation": "#3b82c4", "overhead": "#4fa36b", "compatibility": "#c9a227", "cost": "#8c6bb1"}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The element builder
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _num(value: float) -> str:
+    """Coordinates with at most one decimal and no trailing zeros, so the bytes never depend on float noise."""
+    text = f"{value:.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+class _Canvas:
+    def __init__(self, height: float, title: str) -> None:
+        self.root = ET.Element("svg", {"xmlns": SVG_NS, "version": "1.1", "width": _num(WIDTH),
+                                       "height": _num(height), "viewBox": f"0 0 {_num(WIDTH)} {_num(height)}",
+                                       "font-family": FONT})
+        ET.SubElement(self.root, "title").text = title
+        self.rect(0, 0, WIDTH, height, "#ffffff")
+        self.text(16, 26, title, size=15, weight="bold")
+
+    def rect(self, x: float, y: float, w: float, h: float, fill: str, *, stroke: str | None = None,
+             dashed: bool = False, tip: str | None = None) -> None:
+        attrs = {"x": _num(x), "y": _num(y), "width": _num(max(w, 0)), "height": _num(max(h, 0)), "fill": fill}
+        if stroke:
+            attrs.update({"stroke": stroke, "stroke-width": "1"})
+        if dashed:
+            attrs["stroke-dasharray"] = "4 3"
+        element = ET.SubElement(self.root, "rect", attrs)
+        if tip:
+            ET.SubElement(element, "title").text = tip
+
+    def text(self, x: float, y: float, content: str, *, size: float = 12, anchor: str = "start",
+             weight: str = "normal", fill: str = INK) -> None:
+        attrs = {"x": _num(x), "y": _num(y), "font-size": _num(size), "fill": fill}
+        if anchor != "start":
+            attrs["text-anchor"] = anchor
+        if weight != "normal":
+            attrs["font-weight"] = weight
+        ET.SubElement(self.root, "text", attrs).text = content
+
+    def line(self, x1: float, y1: float, x2: float, y2: float, *, stroke: str = MUTED) -> None:
+        ET.SubElement(self.root, "line", {"x1": _num(x1), "y1": _num(y1), "x2": _num(x2), "y2": _num(y2),
+                                          "stroke": stroke, "stroke-width": "1"})
+
+    def bytes(self) -> bytes:
+        ET.indent(self.root, space="  ")
+        body = ET.tostring(self.root, encoding="unicode", short_empty_elements=True)
+        return ('<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n").encode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# MIG: one GPU's slices
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Instance:
+    profile: str
+    start: int
+    size: int
+    memory_mib: int
+    compute_slices: int
+    replicas: int = 1
+    hosts: str = ""
+    """What runs there (the plan's workloads), if known."""
+
+
+def mig_gpu(title: str, units: int, compute_slices: int, gpus: Sequence[tuple[str, Sequence[Instance]]], *,
+            subtitle: str = "") -> bytes:
+    """One row per GPU layout: memory slices 0..units-1 as columns, each instance a box over its slices,
+    coloured by profile."""
+    left, width = 16, WIDTH - 32
+    column = width / units
+    hosts = any(i.hosts for _, instances in gpus for i in instances)
+    row_height = 176 + (18 if hosts else 0)
+    canvas = _Canvas(64 + row_height * len(gpus) + 22, title)
+    if subtitle:
+        canvas.text(16, 46, subtitle, size=11, fill=MUTED)
+    profiles = sorted({i.profile for _, instances in gpus for i in instances})
+    for g, (caption, instances) in enumerate(gpus):
+        top = 64 + row_height * g
+        canvas.text(16, top + 12, caption, size=12, weight="bold")
+        _slices_row(canvas, top + 20, left, column, units)
+        for instance in sorted(instances, key=lambda i: i.start):
+            _instance_box(canvas, instance, top + 20, left, column, compute_slices,
+                          PALETTE[profiles.index(instance.profile) % len(PALETTE)])
+    canvas.text(16, 64 + row_height * len(gpus) + 8, "columns: memory slices (placement units); boxes: GPU "
+                "instances at starts the driver accepts", size=10, fill=MUTED)
+    return canvas.bytes()
+
+
+def _slices_row(canvas: _Canvas, top: float, left: float, column: float, units: int) -> None:
+    for unit in range(units):
+        canvas.rect(left + unit * column, top, column, 120, "#f3f4f6", stroke="#d2d6dc")
+        canvas.text(left + (unit + 0.5) * column, top + 136, str(unit), size=10, anchor="middle", fill=MUTED)
+
+
+def _instance_box(canvas: _Canvas, instance: Instance, top: float, left: float, column: float,
+                  compute_slices: int, colour: str) -> None:
+    x, w = left + instance.start * column + 2, instance.size * column - 4
+    share = instance.memory_mib // instance.replicas
+    tip = (f"{instance.profile} at slice {instance.start}: {instance.compute_slices}/{compute_slices} of the SMs, "
+           f"{instance.memory_mib} MiB" + (f", {instance.replicas} replicas of {share} MiB each"
+                                           if instance.replicas > 1 else ""))
+    canvas.rect(x, top + 4, w, 112, colour, stroke=INK, tip=tip)
+    middle = x + w / 2
+    canvas.text(middle, top + 30, instance.profile, size=13, anchor="middle", weight="bold", fill="#ffffff")
+    canvas.text(middle, top + 50, f"{instance.memory_mib} MiB", size=11, anchor="middle", fill="#ffffff")
+    canvas.text(middle, top + 68, f"{instance.compute_slices}/{compute_slices} SMs", size=11, anchor="middle",
+                fill="#ffffff")
+    if instance.replicas > 1:
+        canvas.text(middle, top + 86, f"x{instance.replicas} replicas", size=11, anchor="middle", fill="#ffffff")
+        canvas.text(middle, top + 102, f"{share} MiB*", size=11, anchor="middle", fill="#ffffff")
+    if instance.hosts:
+        canvas.text(middle, top + 154, instance.hosts, size=10, anchor="middle")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Slots before and after
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlotRow:
+    label: str
+    devices: int
+    """Devices (GPUs or MIG instances) per node."""
+    replicas: int
+    """Slots per device."""
+    memory_mib: int
+    """Memory one slot can count on."""
+    enforced: bool = True
+
+
+def slots(title: str, rows: Sequence[SlotRow], *, subtitle: str = "") -> bytes:
+    """One row per resource: each device a box, split into its slots, each labelled with its memory."""
+    height = 70 + 74 * len(rows) + 26
+    canvas = _Canvas(height, title)
+    if subtitle:
+        canvas.text(16, 46, subtitle, size=11, fill=MUTED)
+    left, width = 200, WIDTH - 216
+    for r, row in enumerate(rows):
+        top = 62 + 74 * r
+        canvas.text(16, top + 26, row.label, size=12, weight="bold")
+        canvas.text(16, top + 44, f"{row.devices * row.replicas} slot(s) per node", size=11, fill=MUTED)
+        devices = max(row.devices, 1)
+        gap = 6 if devices > 1 else 0
+        box = (width - gap * (devices - 1)) / devices
+        colour = PALETTE[r % len(PALETTE)]
+        for d in range(min(devices, 64)):
+            x = left + d * (box + gap)
+            canvas.rect(x, top + 8, box, 50, "#f3f4f6", stroke="#d2d6dc")
+            cell = box / row.replicas
+            for s in range(row.replicas):
+                canvas.rect(x + s * cell + 1, top + 10, cell - 2, 46, colour, stroke=INK, dashed=not row.enforced,
+                            tip=f"{row.memory_mib} MiB" + ("" if row.enforced else " (not enforced)"))
+                if cell >= 52 and devices * row.replicas <= 16:
+                    canvas.text(x + (s + 0.5) * cell, top + 38, f"{row.memory_mib} MiB" + ("" if row.enforced
+                                                                                         else "*"),
+                                size=10, anchor="middle", fill="#ffffff")
+        if not (box / row.replicas >= 52 and devices * row.replicas <= 16):
+            canvas.text(left + width, top + 70, f"{row.memory_mib} MiB per slot" + ("" if row.enforced else "*"),
+                        size=10, anchor="end", fill=MUTED)
+    canvas.text(16, height - 10, "* not enforced: the slots of one device share its memory with no limit "
+                "(dashed boxes)", size=10, fill=MUTED)
+    return canvas.bytes()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Scores and simulations
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bar:
+    label: str
+    parts: tuple[tuple[str, float], ...]
+    """(dimension, value) stacked left to right."""
+    note: str = ""
+
+
+def scores(title: str, bars: Sequence[Bar], *, scale: float = 100.0, subtitle: str = "") -> bytes:
+    """Horizontal stacked bars, one per candidate; the legend names the dimensions."""
+    height = 96 + 26 * len(bars)
+    canvas = _Canvas(height, title)
+    if subtitle:
+        canvas.text(16, 46, subtitle, size=11, fill=MUTED)
+    left, width = 300, WIDTH - 380
+    names = list(dict.fromkeys(name for bar in bars for name, _ in bar.parts))
+    for n, name in enumerate(names):
+        x = left + n * 110
+        canvas.rect(x, 56, 12, 12, DIMENSION_COLOURS.get(name, PALETTE[n % len(PALETTE)]))
+        canvas.text(x + 16, 66, name, size=11)
+    for b, bar in enumerate(bars):
+        top = 80 + 26 * b
+        canvas.text(16, top + 15, bar.label[:44], size=11)
+        x = left
+        for n, (name, value) in enumerate(bar.parts):
+            w = width * value / scale
+            canvas.rect(x, top + 3, w, 16, DIMENSION_COLOURS.get(name, PALETTE[n % len(PALETTE)]),
+                        tip=f"{name}: {value:.1f}")
+            x += w
+        total = sum(v for _, v in bar.parts)
+        canvas.text(x + 6, top + 15, f"{total:.1f}" + (f"  {bar.note}" if bar.note else ""), size=11)
+    canvas.line(left, 76, left, height - 12)
+    return canvas.bytes()
+
+
+def simulation(title: str, rows: Sequence[tuple[str, float | None, float, str]], *, subtitle: str = "") -> bytes:
+    """Per candidate (label, makespan in s or None, utilization 0-1, note): two bars side by side."""
+    height = 96 + 26 * len(rows)
+    canvas = _Canvas(height, title)
+    if subtitle:
+        canvas.text(16, 46, subtitle, size=11, fill=MUTED)
+    longest = max((m for _, m, _, _ in rows if m is not None), default=1.0) or 1.0
+    canvas.text(300, 68, "makespan", size=11, weight="bold")
+    canvas.text(540, 68, "utilization", size=11, weight="bold")
+    for r, (label, makespan, utilization, note) in enumerate(rows):
+        top = 80 + 26 * r
+        canvas.text(16, top + 15, label[:44], size=11)
+        if makespan is None:
+            canvas.text(300, top + 15, note or "does not finish", size=11, fill="#b5545c")
+        else:
+            canvas.rect(300, top + 3, 160 * makespan / longest, 16, PALETTE[0], tip=f"{makespan:.2f} s")
+            canvas.text(300 + 160 * makespan / longest + 6, top + 15, f"{makespan:.1f} s", size=11)
+        canvas.rect(540, top + 3, 160 * utilization, 16, PALETTE[2], tip=f"{utilization:.1%}")
+        canvas.text(540 + 160 * utilization + 6, top + 15, f"{utilization:.1%}", size=11)
+    return canvas.bytes()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# A compiled class
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def class_picture(rc: ResolvedClass) -> bytes:
+    """The capacity picture of one class: its MIG layout on one GPU, or its slots before and after sharing."""
+    mig_spec = rc.spec.sharing.mig
+    geometry = rc.gpu.mig if rc.gpu is not None else None
+    if mig_spec is not None and geometry is not None:
+        rows = []
+        for gpus, layout in mig_spec.layouts(rc.gpu_count):
+            placed = mig.place(geometry, layout)
+            if not placed.fits:
+                continue
+            caption = "every GPU" if len(gpus) == rc.gpu_count else f"GPUs {', '.join(map(str, gpus))}"
+            rows.append((caption, [_instance(geometry, p, mig_spec.time_slicing.get(p.profile, 1))
+                                   for p in placed.placements]))
+        if rows:
+            note = "; * replicas of one instance share its memory unchecked" if mig_spec.time_slicing else ""
+            return mig_gpu(f"{rc.name}: MIG layout per {rc.product}", geometry.placement_units,
+                           geometry.compute_slices, rows,
+                           subtitle=f"{rc.gpu_count} GPU(s) per node, {mig_spec.strategy} strategy{note}")
+    memory = rc.memory_mib or 0
+    before = SlotRow(f"before: {rc.gpu_count} x nvidia.com/gpu", rc.gpu_count, 1, memory)
+    after = [SlotRow(f"after: {o.resource}", o.devices_per_node, o.replicas,
+                     o.memory_mib // (o.replicas if o.isolation == "mig-hardware" else 1),
+                     o.isolation in ("exclusive", "mps-memory-limit") or (o.isolation == "mig-hardware"
+                                                                          and o.replicas == 1))
+             for o in rc.offers]
+    return slots(f"{rc.name}: slots per node, {rc.product}", [before, *after],
+                 subtitle=f"sharing: {rc.mode}; memory per slot as a pod can count on it")
+
+
+def _instance(geometry: MigGeometry, placement: mig.Placement, replicas: int) -> Instance:
+    profile = geometry.profile(placement.profile)
+    assert profile is not None
+    return Instance(profile.name, placement.start, placement.size, profile.memory_mib, profile.compute_slices,
+                    replicas)

@@ -1,0 +1,203 @@
+"""The planner's core on the seeds' numbers: seed 003's sizing, a production tenant on MIG, seed 001's simulator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from policy import mig
+from policy.load import load_policy
+from policy.model import SHARING_MODES
+from policy.plan import candidates, figures, inventory, recommend, simulate
+
+ROOT = Path(__file__).resolve().parents[3]
+FIGURES = figures.Figures()
+
+
+def _resolved(name: str):
+    result = load_policy((ROOT / "examples/clusters" / name / "cluster.yaml").read_text(), filename=name)
+    assert result.ok
+    return result.resolved
+
+
+def _inventory(text: str, filename: str = "inventory.yaml") -> inventory.Inventory:
+    parse = inventory.parse_csv if filename.endswith(".csv") else inventory.parse_yaml
+    entries, problems = parse(text, filename=filename)
+    assert problems == ()
+    result, problems = inventory.merge((), entries)
+    assert problems == ()
+    return result
+
+
+def _plan(spec: str, inventory_path: str) -> recommend.Plan:
+    path = ROOT / inventory_path
+    targets = candidates.targets_for_policy(_resolved(spec))
+    return recommend.make_plan(targets, _inventory(path.read_text(), path.name), FIGURES)
+
+
+# --- seed 003: L20 46068 MiB, T4 15360 MiB, 4621 / 4401 MiB per process, 10 % reserve -------------------------
+
+
+def test_seed_003_numbers_give_time_slicing_with_8_and_3_replicas() -> None:
+    plan = _plan("tke-l20-t4", "examples/plan/tke-l20-t4/inventory.yaml")
+    best = {c.target.name: c.best for c in plan.classes}
+    assert best["l20"].candidate.mode == "time-slicing" and best["l20"].candidate.replicas == 8
+    assert best["t4"].candidate.mode == "time-slicing" and best["t4"].candidate.replicas == 3
+    assert recommend.sharing_fragment(best["l20"], FIGURES) == {
+        "timeSlicing": {"sizing": {"memoryPerReplica": "4621Mi", "reserve": "10%"}}}
+    # One more replica would let the worst case outgrow the usable memory: 9 x 4621 > 46068 - 4606.
+    nine = next(e for e in plan.classes[0].evaluations if e.candidate.label == "time-slicing x9")
+    assert nine.oom.level == "high" and not nine.recommendable
+    why = dict(plan.classes[0].why_not())
+    assert "v0.14.5 has no MPS" in why["mps"] and "needs 4 GPU(s), the class has 1" in why["exclusive"]
+
+
+def test_seed_003_fragments_validate_in_the_spec() -> None:
+    """The recommendation, put into the spec, loads without an error and compiles to the same 11 slots."""
+    plan = _plan("tke-l20-t4", "examples/plan/tke-l20-t4/inventory.yaml")
+    resolved = _resolved("tke-l20-t4")
+    data = resolved.policy.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    drafted = recommend.draft_spec(data, plan)
+    import yaml
+
+    result = load_policy(yaml.safe_dump(drafted), filename="draft.yaml")
+    assert result.ok, result.diagnostics
+    assert [o.per_node for c in result.resolved.classes for o in c.offers] == [8, 3]
+
+
+# --- a production tenant on MIG-capable GPUs ---------------------------------------------------------------------
+
+
+def test_production_tenant_on_h20_gets_a_mig_layout_the_validator_accepts() -> None:
+    plan = _plan("h20-mig", "examples/plan/h20-production/inventory.csv")
+    (h20,) = plan.classes
+    best = h20.best
+    assert best is not None and best.candidate.mode == "mig"
+    assert mig.place(h20.target.mig, dict(best.candidate.layout)).fits
+    why = dict(h20.why_not())
+    assert "production workload(s) chat/chat-7b would share memory and faults" in why["time-slicing"]
+    assert "production-tenant-without-memory-isolation" in why["time-slicing"]
+    # The fragment, as the class's sharing, passes every check (layout, profiles, strategy).
+    fragment = recommend.class_fragment(h20, FIGURES, _resolved("h20-mig").policy.spec.node_classes[0]
+                                        .model_dump(by_alias=True, exclude_unset=True, mode="json"))
+    text = (ROOT / "examples/clusters/h20-mig/cluster.yaml").read_text()
+    import yaml
+
+    data = yaml.safe_load(text)
+    data["spec"]["nodeClasses"][0] = fragment
+    assert load_policy(yaml.safe_dump(data), filename="h20.yaml").ok
+
+
+def test_weights_decide_between_isolation_and_density() -> None:
+    """Without a production workload nothing rules sharing out: a team that weighs isolation at 0 gets the
+    denser shared mode, the default weights keep MIG."""
+    text = "name,namespace,replicas,memory,smActivity\nnotebooks,research,20,6Gi,0.05\n"
+    targets = candidates.targets_for_policy(_resolved("h20-mig"))
+    default = recommend.make_plan(targets, _inventory(text, "inv.csv"), FIGURES)
+    density = recommend.make_plan(targets, _inventory(text, "inv.csv"),
+                                  FIGURES.with_weights(figures.parse_weights("isolation=0")))
+    assert default.classes[0].best.candidate.mode == "mig"
+    assert density.classes[0].best.candidate.mode in ("time-slicing", "mps", "mig+time-slicing")
+
+
+def test_every_candidate_fragment_of_a_mode_the_model_knows_validates() -> None:
+    """Each non-vgpu fragment the planner can emit for the mixed fleet loads through policy.load."""
+    import yaml
+
+    resolved = _resolved("mixed-fleet")
+    base = resolved.policy.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    inv = _inventory("workloads: [{name: svc, replicas: 6, memory: 9Gi, smActivity: 0.2}]")
+    plan = recommend.make_plan(candidates.targets_for_policy(resolved), inv, FIGURES)
+    checked = 0
+    for class_plan in plan.classes:
+        for e in class_plan.evaluations:
+            if not e.recommendable or e.candidate.mode == "vgpu":
+                continue
+            data = yaml.safe_load(yaml.safe_dump(base))
+            data["spec"]["nodeClasses"][class_plan.target.class_index]["sharing"] = \
+                recommend.sharing_fragment(e, FIGURES)
+            result = load_policy(yaml.safe_dump(data), filename="fragment.yaml")
+            # A tenant whose allowed mode no class offers any more is the tenants' business, not the fragment's.
+            errors = [d for d in result.diagnostics if d.severity == "error" and not d.code.startswith("tenant-")]
+            assert not errors, (e.candidate.label, errors)
+            checked += 1
+    assert checked > 20
+
+
+def test_vgpu_fragments_validate_once_the_model_knows_vgpu() -> None:
+    """Gated on the model, never skipped: until the vgpu mode lands the spec refuses exactly the vgpu keys; from
+    then on the planner's vgpu fragments must validate."""
+    import yaml
+
+    resolved = _resolved("tke-l20-t4")
+    targets = candidates.targets_for_policy(resolved, vgpu=True)
+    text = (ROOT / "examples/plan/tke-l20-t4/inventory.yaml").read_text()
+    plan = recommend.make_plan(targets, _inventory(text), FIGURES)
+    data = resolved.policy.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    for class_plan in plan.classes:
+        e = next(e for e in class_plan.evaluations if e.candidate.mode == "vgpu")
+        data["spec"]["nodeClasses"][class_plan.target.class_index]["sharing"] = recommend.sharing_fragment(e, FIGURES)
+    data["spec"]["hami"] = dict(recommend.HAMI_DEFAULTS)
+    result = load_policy(yaml.safe_dump(data), filename="vgpu.yaml")
+    if "vgpu" in SHARING_MODES:
+        assert result.ok, result.diagnostics
+    else:
+        refused = {d.path[-1] for d in result.diagnostics if d.severity == "error"}
+        assert refused == {"vgpu", "hami"}, result.diagnostics
+
+
+# --- seed 001's simulator ---------------------------------------------------------------------------------------
+
+
+def test_seed_001_generator_gives_the_articles_tasks() -> None:
+    tasks = simulate.seed001_tasks(24, 42)
+    # The article prints no list; these are what its own code draws (Python, random.seed(42)).
+    assert [(t.memory_mib, t.work_s) for t in tasks[:3]] == [(round(7.1 * 1024), 1.2), (round(4.2 * 1024), 2.6),
+                                                            (round(7.9 * 1024), 5.7)]
+    assert round(sum(t.work_s for t in tasks), 1) == 87.3
+    assert simulate.seed001_tasks(24, 42) == tasks and simulate.seed001_tasks(24, 7) != tasks
+
+
+def _seed001_runs() -> dict[str, simulate.SimResult]:
+    card = candidates.seed001_card()
+    tasks = simulate.seed001_tasks()
+    workloads = [inventory.Workload(t.name, "b", 1, t.memory_mib, 1.0, runtime_s=t.work_s) for t in tasks]
+    return {c.label: simulate.simulate(card, c, tasks, FIGURES)
+            for c in candidates.candidates(card, workloads, FIGURES.reserve_percent)}
+
+
+def test_seed_001_qualitative_result_holds_on_its_own_batch() -> None:
+    runs = _seed001_runs()
+    vgpu = next(r for r in runs.values() if r.mode == "vgpu")
+    sliced = [r for r in runs.values() if r.mode == "time-slicing" and r.makespan_s is not None]
+    # vGPU's elastic split uses the card better than time-slicing, which pays its context switches.
+    assert all(vgpu.utilization > r.utilization and vgpu.makespan_s < r.makespan_s for r in sliced)
+    # Static MIG partitions bound by memory (small tasks on small instances, large on a larger one, as the
+    # article assigns them) strand compute: the lowest utilization and the longest makespan of all.
+    bucketed = runs["mig 1g.8gb x2 + 2g.16gb x1"]
+    finished = [r for r in runs.values() if r.makespan_s is not None]
+    assert bucketed.utilization == min(r.utilization for r in finished)
+    assert bucketed.makespan_s == max(r.makespan_s for r in finished)
+
+
+def test_seed_001_deviations_are_what_the_docs_say() -> None:
+    runs = _seed001_runs()
+    # The article's four equal 8 GB partitions cannot take its 8 tasks above 8 GB at all.
+    four = runs["mig 1g.8gb x4"]
+    assert four.makespan_s is None and len(four.unplaceable) == 8
+    # No candidate finishes 87.3 s of whole-card work faster than the card alone (the article's MIG: 53.8 s).
+    assert min(r.makespan_s for r in runs.values() if r.makespan_s) == pytest.approx(87.3)
+    # A layout matched to the batch does better than the article's MIG: 2 x 2g.16gb.
+    assert runs["mig 2g.16gb x2"].utilization > 0.9
+
+
+def test_the_simulation_is_deterministic() -> None:
+    assert _seed001_runs() == _seed001_runs()
+
+
+def test_time_slicing_oversubscribed_memory_ooms_and_retries() -> None:
+    card = candidates.seed001_card()
+    tasks = [simulate.Task(f"t{i}", 12 * 1024, 2.0) for i in range(4)]
+    result = simulate.simulate(card, candidates.Candidate("time-slicing", 3), tasks, FIGURES)
+    assert result.ooms > 0 and result.completed == 4
