@@ -33,8 +33,8 @@ def leaves(obj: Mapping[str, Any], prefix: Path = ()) -> Iterator[tuple[Path, An
         path = (*prefix, key)
         if path in _IDENTITY or (prefix == () and key == "status"):
             continue
-        if isinstance(value, Mapping) and value:
-            yield from leaves(value, path)
+        if isinstance(value, Mapping):
+            yield from leaves(value, path)  # an empty map owns nothing (labels: {} clears no one's labels)
         else:
             yield path, value
 
