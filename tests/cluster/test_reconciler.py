@@ -91,7 +91,7 @@ def test_every_class_node_gets_its_labels_and_nothing_else_changes(server: FakeA
         assert {k: v for k, v in after.items() if k != MIG} == labels  # no other key touched
     owners = reconciler.label_owners(server.node("h100-mig-1"))
     assert owners[MIG] == {FIELD_MANAGER}
-    assert all(method != "PATCH" or "/nodes/cpu-1" not in path and "/nodes/t4-1" not in path
+    assert all(method != "PATCH" or ("/nodes/cpu-1" not in path and "/nodes/t4-1" not in path)
                for method, path in server.requests)
 
 
