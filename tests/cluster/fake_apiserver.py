@@ -172,7 +172,7 @@ def _handler(server: FakeApiServer) -> type[BaseHTTPRequestHandler]:
             if url.path == "/api/v1/nodes" and query.get("watch", [""])[0] in ("true", "1"):
                 self._watch(query)
                 return
-            if url.path == "/api/v1/nodes" and server.managed:
+            if url.path == "/api/v1/nodes" and server.managed and "nodes" not in server.faults:
                 fault = server.take_fault("list nodes")
                 if fault and fault.status:
                     self._send(fault.status, _status(fault.status, "InternalError", "etcdserver: leader changed"))
