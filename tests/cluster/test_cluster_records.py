@@ -118,7 +118,8 @@ def test_under_the_gpu_operator_its_plugin_is_not_unmanaged_and_nodes_need_the_m
                                                                       "k8s-device-plugin:v0.17.1", (), (), {}, {}),),
         (), 4, 4, 4, 4, 4)
     # The only class is the operator's devicePlugin.config.default: no device-plugin.config label is needed.
-    nodes = (*(_h20_node(f"h20-{i}") for i in range(3)), _h20_node("h20-3", **{"nvidia.com/mig.config": "all-disabled"}))
+    nodes = (*(_h20_node(f"h20-{i}") for i in range(3)),
+             _h20_node("h20-3", **{"nvidia.com/mig.config": "all-disabled"}))
     wanted = expected.from_tree(compile_policy(policy))
     result = verify.verify(Snapshot("ctx", "https://api", NOW, nodes, (operator_plugin,)), policy, wanted)
     configmaps = sorted(c.name.rsplit("-", 1)[0] for c in wanted.configmaps)
