@@ -338,6 +338,9 @@ def _class_data(draft: DraftClass) -> dict[str, Any]:
     gpu: dict[str, Any] = {"model": draft.gpu.product if draft.gpu else draft.key.model, "count": draft.key.count}
     if draft.stated_memory_mib is not None:
         gpu["memory"] = f"{draft.stated_memory_mib}Mi"
+    drivers = {facts.driver_version(n.labels) for n in draft.nodes}
+    if len(drivers) == 1 and None not in drivers:
+        gpu["driverVersion"] = drivers.pop()
     return {
         "name": draft.name,
         "description": _description(draft),
@@ -412,6 +415,8 @@ def _class_lines(draft: DraftClass, data: dict[str, Any]) -> list[str]:
     lines.append(f"{pad}  count: {data['gpu']['count']}" + _count_note(draft))
     if "memory" in data["gpu"]:
         lines.append(f"{pad}  memory: {_scalar(data['gpu']['memory'])}  # nvidia.com/gpu.memory as the nodes report it")
+    if "driverVersion" in data["gpu"]:
+        lines.append(f"{pad}  driverVersion: {_scalar(data['gpu']['driverVersion'])}  # GFD's cuda.driver labels")
     lines += _wrap([f"{pad}# {c}" for c in _sharing_comments(draft)])
     lines.append(f"{pad}sharing: {data['sharing']}")
     return lines

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cluster.resources import NVIDIA_PREFIX, Container, DaemonSet, Node, Pod
+from policy.labels import DRIVER_VERSION_FULL, DRIVER_VERSION_PARTS
 from policy.labels import MIG_CONFIG_STATE as MIG_CONFIG_STATE
 
 PRODUCT = "nvidia.com/gpu.product"
@@ -107,3 +108,15 @@ def requests_gpu(pod: Pod) -> bool:
     engine's reading of the request is the authoritative one)."""
     return any(key.startswith(NVIDIA_PREFIX)
                for c in (*pod.containers, *pod.init_containers) for key in (*c.requests, *c.limits))
+
+
+def driver_version(labels: Mapping[str, str]) -> str | None:
+    """The NVIDIA driver GFD reports: cuda.driver-version.full (plugin-repo GFD v0.15+), else the major.minor.rev
+    labels every GFD writes (rev is empty for a two-part version); None where GFD does not run."""
+    full = labels.get(DRIVER_VERSION_FULL)
+    if full:
+        return full
+    parts = [labels.get(key, "") for key in DRIVER_VERSION_PARTS]
+    if not parts[0] or not parts[1]:
+        return None
+    return ".".join(p for p in parts if p)

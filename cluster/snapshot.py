@@ -72,6 +72,14 @@ def read_snapshot(access: Access, *, scope: Scope = "verify", configmap_namespac
 # --- connecting --------------------------------------------------------------------------------------------------
 
 
+def core_api(access: Access) -> Any:
+    """A CoreV1Api for the cluster ``access`` names (the reconciler writes through it; this module only reads)."""
+    from kubernetes.client import CoreV1Api
+
+    client, _, _ = _connect(access)
+    return CoreV1Api(client)
+
+
 def _connect(access: Access) -> tuple[ApiClient, str, str]:
     from kubernetes.client import ApiClient
 

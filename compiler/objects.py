@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from policy.labels import GPU_DEPLOY_PREFIX, MIG_CONFIG_STATE, MIG_STATE_SUCCESS, PAUSED_FOR_MIG_CHANGE
 from policy.model import ClusterGPUPolicy
 
 MANAGED_BY = "gpupolicy"
@@ -98,8 +99,8 @@ NODE_CLASS_LABEL = "gpupolicy.dev/node-class"
 KUSTOMIZE_API_VERSION = "kustomize.config.k8s.io/v1beta1"
 CLUSTER_POLICY_API_VERSION = "nvidia.com/v1"  # GPU Operator CRD (device-plugin.md §7)
 
-# A ClusterPolicy we only patch: apply our fields server-side and never prune the object, because the
-# GPU Operator's Helm release owns it (Argo CD sync-options "ServerSideApply", Flux prune annotation).
+# A ClusterPolicy we only patch: apply our fields server-side and never prune the object, because whoever
+# created it owns it (Argo CD sync-options "ServerSideApply", Flux prune annotation and ssa Merge).
 PARTIAL_OBJECT_ANNOTATIONS = {
     "argocd.argoproj.io/sync-options": "ServerSideApply=true,Prune=false",
     SYNC_WAVE: SYNC_WAVE_WORKLOAD,
@@ -120,9 +121,10 @@ def daemon_set(
     labels: Mapping[str, str],
     selector: Mapping[str, str],
     pod_spec: Obj,
+    template_labels: Mapping[str, str] | None = None,
 ) -> Obj:
     """A RollingUpdate DaemonSet whose pod template carries only its selector labels (so a change of the
-    cluster's labels never rolls the pods)."""
+    cluster's labels never rolls the pods), plus fixed ``template_labels`` others select its pods by."""
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -131,7 +133,7 @@ def daemon_set(
         "spec": {
             "selector": {"matchLabels": dict(selector)},
             "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
-            "template": {"metadata": {"labels": dict(selector)}, "spec": pod_spec},
+            "template": {"metadata": {"labels": {**(template_labels or {}), **selector}}, "spec": pod_spec},
         },
     }
 
@@ -149,13 +151,13 @@ def config_file_volume(name: str, config_map_name: str, key: str, path: str) -> 
     return {"name": name, "configMap": {"name": config_map_name, "items": [{"key": key, "path": path}]}}
 
 
-def cluster_policy_patch(name: str, spec: Obj, *, labels: Mapping[str, str]) -> Obj:
+def cluster_policy_patch(name: str, spec: Obj) -> Obj:
     """The fields of the GPU Operator's ClusterPolicy we own, as a partial object for server-side apply.
-    Cluster-scoped: no namespace."""
+    Cluster-scoped: no namespace. No labels: they would become fields we own on an object someone else made."""
     return {
         "apiVersion": CLUSTER_POLICY_API_VERSION,
         "kind": "ClusterPolicy",
-        "metadata": metadata(name, labels=labels, annotations=PARTIAL_OBJECT_ANNOTATIONS),
+        "metadata": metadata(name, annotations=PARTIAL_OBJECT_ANNOTATIONS),
         "spec": spec,
     }
 
@@ -176,3 +178,30 @@ def kustomization(
         doc["labels"] = [{"pairs": dict(labels), "includeSelectors": False, "includeTemplates": False}]
     return doc
 
+
+
+# ----------------------------------------------------------------------- stepping aside for the MIG manager
+
+#: Pod labels the MIG manager waits on (mig-parted pkg/mig/reconfigure: it lists pods with these app labels in
+#: its DEFAULT_GPU_CLIENTS_NAMESPACE on the node and waits until they are gone), per gpu.deploy component.
+MIG_CLIENT_APPS = {"device-plugin": "nvidia-device-plugin-daemonset",
+                   "gpu-feature-discovery": "gpu-feature-discovery"}
+
+
+def mig_client(component: str) -> tuple[Obj, dict[str, str]]:
+    """(node affinity, pod template labels) of a GPU client DaemonSet on a node the tree's MIG manager serves.
+
+    The pod runs only where nvidia.com/mig.config.state is success (the layout is applied: no client ever sees
+    the unpartitioned GPU of a node that just joined), and leaves while nvidia.com/gpu.deploy.<component> is
+    paused-for-mig-change or false, the MIG manager's pause (mig.md §5); NotIn also matches a node without the
+    label, so nothing has to pre-set it. The DaemonSet controller removes a pod whose node stops matching, and
+    the pod label lets the MIG manager see it go. One helper for every client: device plugin, MPS daemon, GFD.
+    """
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{
+        "matchExpressions": [
+            {"key": f"{GPU_DEPLOY_PREFIX}{component}", "operator": "NotIn",
+             "values": [PAUSED_FOR_MIG_CHANGE, "false"]},
+            {"key": MIG_CONFIG_STATE, "operator": "In", "values": [MIG_STATE_SUCCESS]},
+        ]}]}}}
+    app = MIG_CLIENT_APPS.get(component)
+    return affinity, ({"app": app} if app else {})

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.targets import mig_parted
-from policy import advice, checks
+from compiler.targets import gpu_operator
+from policy import advice, checks, labels
 from policy.diagnostics import format_path
 from policy.resolve import GPU, Offer, ResolvedClass, ResolvedPolicy
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 EXCLUSIVE = GPU
 
 # Overhead per sharing mode, as seed 003 measured and sourced it (NVIDIA MIG user guide r580, GPU Operator
@@ -66,19 +65,13 @@ class ClassReport:
     sizing: str | None
     node_selector: dict[str, str]
     node_labels: dict[str, str]
-    """Labels someone must set on the class's nodes for the output to take effect (may be empty)."""
+    """Labels the output needs on the class's nodes (may be empty); nobody sets them by hand."""
+    labels_set_by: dict[str, str]
+    """Per label of node_labels, who sets it: the tree's label reconciler, the GPU Operator or GFD."""
 
     @property
     def physical_gpus(self) -> int | None:
         return None if self.nodes is None else self.nodes * self.gpus_per_node
-
-    @property
-    def label_command(self) -> str | None:
-        if not self.node_labels:
-            return None
-        selector = ",".join(f"{k}={v}" for k, v in sorted(self.node_selector.items()))
-        pairs = " ".join(shlex.quote(f"{k}={v}") for k, v in sorted(self.node_labels.items()))
-        return f"kubectl label nodes -l {shlex.quote(selector)} {pairs} --overwrite"
 
 
 @dataclass(frozen=True)
@@ -161,7 +154,7 @@ def _class_dict(c: ClassReport) -> dict[str, Any]:
         "sizing": c.sizing,
         "nodeSelector": c.node_selector,
         "nodeLabels": c.node_labels,
-        "labelCommand": c.label_command,
+        "labelsSetBy": c.labels_set_by,
     }
 
 
@@ -205,7 +198,21 @@ def _class_report(resolved: ResolvedClass) -> ClassReport:
         sizing=resolved.sizing.explain() if resolved.sizing else None,
         node_selector=dict(sorted(node_class.node_selector.items())),
         node_labels=resolved.required_labels,
+        labels_set_by={key: _label_setter(resolved, key) for key in resolved.required_labels},
     )
+
+
+LABEL_SETTERS = {
+    "reconciler": "gpupolicy's label reconciler (node-labels/)",
+    "operator": "the GPU Operator (migManager.config.default: all-disabled)",
+    "gfd": "GPU Feature Discovery, running with the class's config",
+}
+
+
+def _label_setter(resolved: ResolvedClass, key: str) -> str:
+    if key in resolved.reconciled_labels:
+        return LABEL_SETTERS["reconciler"]
+    return LABEL_SETTERS["gfd"] if key == labels.MPS_CAPABLE else LABEL_SETTERS["operator"]
 
 
 def _slots(offer: Offer, nodes: int | None, gpu_memory_mib: int) -> Slots:
@@ -251,37 +258,70 @@ def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
                 f"The tree creates no Namespace: {plugin.namespace} must exist and admit privileged pods "
                 f"(pod-security.kubernetes.io/enforce: privileged), since the plugin mounts host paths."
             )
-        if resolved.has_mig:
+        if any(rc.mig_manager for rc in resolved.classes):
             notes.append(
-                f"No mig-manager is deployed in standalone mode: run nvidia-mig-manager with the ConfigMap in "
-                f"mig/ (key {mig_parted.CONFIG_KEY}), or apply a layout on the node with `nvidia-mig-parted apply "
-                f"-f config.yaml -c <class>`. Drain the node first: changing MIG mode needs the GPU idle."
+                "NVIDIA's MIG manager runs on every MIG-capable class's nodes (mig-manager/) with the mig-parted "
+                "config in mig/; the class's device plugin, GFD and MPS daemon run there only once "
+                "nvidia.com/mig.config.state is success, and step aside while the MIG manager repartitions. It "
+                "never drains workloads: docs/operations.md (MIG reconfiguration) says when to drain."
             )
-        if any(rc.mps_daemon for rc in resolved.classes):
+        if plugin.labels_nodes:
             notes.append(
-                "The MPS control daemon runs only on nodes labelled nvidia.com/mps.capable=true. GPU Feature "
-                "Discovery v0.15+ sets it when it runs with the class's config; a GFD running without it labels "
-                "the node false and stops MPS, so either run GFD with the same config or label the nodes yourself."
+                "GPU Feature Discovery runs per class with the class's config (feature-discovery/) and publishes its "
+                "labels through Node Feature Discovery, which must run in the cluster (its nfd-worker reads "
+                "GFD's feature file)."
             )
     else:
+        notes.extend(_operator_notes(resolved))
+    if any(rc.reconciled_labels for rc in resolved.classes):
         notes.append(
-            "gpu-operator/clusterpolicy.yaml is a partial ClusterPolicy: it sets only the fields shown and must "
-            "be applied server-side (Argo CD: ServerSideApply=true is set on it; Flux always applies server-side; "
-            "kubectl: apply --server-side). It points the operator at the content-named ConfigMaps, so a config "
-            "change rolls the operator's device plugin without a manual restart."
+            "gpupolicy's label reconciler (node-labels/) sets the labels under Node labels on every node of a "
+            "class, including nodes that join later, and on no other key; it never overwrites a value that "
+            "someone else set (an event and the gpupolicy_node_label_conflicts metric say so instead)."
         )
-        notes.append(
-            f"Nodes without the nvidia.com/device-plugin.config label get the empty config (the operator sets "
-            f"FALLBACK_STRATEGIES=empty): whole GPUs, no sharing. Run device plugin {plugin.version} or newer "
-            f"in the ClusterPolicy; the configs are written for it."
-        )
-        if resolved.has_mig:
-            notes.append(
-                "Changing nvidia.com/mig.config makes mig-manager stop GPU clients and repartition the GPUs: "
-                "drain the node first, and do not pre-set the label on scale-from-zero pools before the layout "
-                "is applied (pods could start on the unpartitioned GPU)."
-            )
     return tuple(notes)
+
+
+def _operator_notes(resolved: ResolvedPolicy) -> list[str]:
+    plugin = resolved.spec.device_plugin
+    operator = plugin.operator
+    release = resolved.operator_release
+    notes = [f"Written for GPU Operator {release.version}, whose chart deploys device plugin {release.device_plugin}."
+             if release else "The GPU Operator release is unknown (see the warnings)."]
+    fields = "devicePlugin.config.name/default, mig.strategy and migManager.config.name/default"
+    if operator.installer == "helm":
+        version = f" --version {release.version}" if release else ""
+        notes.append(
+            f"{gpu_operator.VALUES_FILE} holds the GPU Operator chart "
+            f"values {fields}, pointing its ClusterPolicy at the tree's content-named ConfigMaps. Give them to the "
+            f"operator's Helm release, last: `helm upgrade gpu-operator nvidia/gpu-operator -n "
+            f"{operator.namespace}{version} --reuse-values -f {gpu_operator.VALUES_FILE}`, an Argo CD valueFiles "
+            "entry or a Flux HelmRelease valuesFrom (docs/ci-and-gitops.md). The release stays the only writer "
+            "of the ClusterPolicy, so no sync reverts another; the tree applies none."
+        )
+    else:
+        notes.append(
+            f"gpu-operator/clusterpolicy.yaml sets {fields} of ClusterPolicy {operator.effective_cluster_policy_name} "
+            "and nothing else (no labels). It patches an existing object, never creates one (a ClusterPolicy "
+            "needs eight more required fields): apply it after the operator's own. Apply server-side and force: "
+            "the creator (the OpenShift console writes mig.strategy: single and an empty devicePlugin.config) owns "
+            "those fields with other values. Argo CD and Flux do both by themselves (ServerSideApply=true and "
+            "ssa: Merge are set on it); kubectl: `kubectl apply --server-side --force-conflicts "
+            "--field-manager=gpupolicy -k <this directory>`."
+        )
+    default = resolved.default_config
+    notes.append(
+        f"devicePlugin.config.default is {default} (the only class), so its nodes need no "
+        "nvidia.com/device-plugin.config label." if default else
+        "devicePlugin.config.default is empty: a GPU node no class selects gets the empty config (the operator "
+        "sets FALLBACK_STRATEGIES=empty), whole GPUs and no sharing."
+    )
+    if resolved.has_mig:
+        notes.append(
+            "The operator's MIG manager repartitions a node when nvidia.com/mig.config changes; it pauses the "
+            "operator's GPU clients but never drains workloads: docs/operations.md (MIG reconfiguration)."
+        )
+    return notes
 
 
 # ----------------------------------------------------------------------- rendering
@@ -374,14 +414,13 @@ def _class_section(c: ClassReport) -> list[str]:
 def _label_plan(report: CapacityReport) -> list[str]:
     needing = [c for c in report.classes if c.node_labels]
     if not needing:
-        return ["None to set: every workload selects its nodes by the labels they already carry."]
-    out = ["Set these labels on the nodes of each class (keep them in your node provisioning, e.g. the node "
-           "pool's labels, so new nodes get them too):", ""]
+        return ["None: every workload selects its nodes by the labels they already carry."]
+    out = ["Labels the output needs on each class's nodes, and who sets them (nobody sets them by hand, and new "
+           "nodes get them too):", ""]
     for c in needing:
         selector = ", ".join(f"{k}={v}" for k, v in c.node_selector.items())
-        labels = ", ".join(f"`{k}={v}`" for k, v in c.node_labels.items())
-        out.append(f"- **{c.name}** (nodes matching `{selector}`): {labels}")
-    out += ["", "```sh", *[c.label_command or "" for c in needing], "```"]
+        out.append(f"- **{c.name}** (nodes matching `{selector}`):")
+        out += [f"  - `{k}={v}`: {c.labels_set_by[k]}" for k, v in c.node_labels.items()]
     return out
 
 
@@ -414,8 +453,8 @@ def render_text(report: CapacityReport) -> str:
         lines.append(f"{c.name}: overhead {c.overhead}")
         if c.sizing:
             lines.append(f"{c.name}: sizing {c.sizing}")
-        if c.label_command:
-            lines.append(f"{c.name}: {c.label_command}")
+        for key, value in c.node_labels.items():
+            lines.append(f"{c.name}: label {key}={value} set by {c.labels_set_by[key]}")
     lines += [f"{f.severity}[{f.code}] {f.path}: {f.message}" for f in report.findings]
     lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines) + "\n"

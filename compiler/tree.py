@@ -9,7 +9,15 @@ from pathlib import PurePosixPath
 
 from compiler import objects, pictures, report, serialize
 from compiler.objects import Obj
-from compiler.targets import admission_webhook, device_plugin, gpu_operator, mig_parted
+from compiler.targets import (
+    admission_webhook,
+    device_plugin,
+    feature_discovery,
+    gpu_operator,
+    mig_manager,
+    mig_parted,
+    node_labels,
+)
 from policy.resolve import ResolvedPolicy
 
 MARKER = ".gpupolicy"
@@ -57,7 +65,6 @@ def _check_relative(path: str) -> None:
 
 def build_tree(resolved: ResolvedPolicy) -> Tree:
     """The whole output of one cluster: components, kustomizations, report and ownership marker."""
-    policy = resolved.policy
     components = _components(resolved)
     files: dict[str, bytes] = {MARKER: MARKER_TEXT.encode("utf-8")}
     for directory, stems in components.items():
@@ -65,10 +72,11 @@ def build_tree(resolved: ResolvedPolicy) -> Tree:
             files[f"{directory}/{stem}.yaml"] = serialize.dump_yaml(obj)
         files[f"{directory}/{KUSTOMIZATION}"] = serialize.dump_yaml(
             objects.kustomization([f"{stem}.yaml" for stem in stems]))
-    files[KUSTOMIZATION] = serialize.dump_yaml(objects.kustomization(
-        list(components),
-        labels={"app.kubernetes.io/managed-by": objects.MANAGED_BY, "gpupolicy.dev/cluster": policy.metadata.name},
-    ))
+    values = _operator_values(resolved, components)
+    if values is not None:
+        files[gpu_operator.VALUES_FILE] = serialize.dump_yaml(values)
+    # No labels here: every object carries its own (objects.labels), and the partial ClusterPolicy must carry none.
+    files[KUSTOMIZATION] = serialize.dump_yaml(objects.kustomization(list(components)))
     for rc in resolved.classes:
         files[report.picture_path(rc.name)] = pictures.class_picture(rc)
     capacity = report.build_report(resolved)
@@ -87,13 +95,37 @@ def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
         out["device-plugin"] = {"configmap": gpu_operator.render_operator_configs(resolved)}
     if resolved.has_mig:
         out["mig"] = {"configmap": mig_parted.render_config_map(resolved)}
-    if plugin.deploy == "gpu-operator":
-        mig = out["mig"]["configmap"]["metadata"]["name"] if "mig" in out else None
-        config = out["device-plugin"]["configmap"]["metadata"]["name"]
+    if plugin.deploy == "standalone":
+        if "mig" in out and (managers := mig_manager.render_mig_manager(
+                resolved, out["mig"]["configmap"]["metadata"]["name"])):
+            out["mig-manager"] = managers
+        if plugin.labels_nodes:
+            names = {nc.name: out["device-plugin"][f"configmap-{nc.name}"]["metadata"]["name"]
+                     for nc in resolved.classes}
+            out["feature-discovery"] = feature_discovery.render_feature_discovery(resolved, names)
+    if reconciler := node_labels.render_node_labels(resolved):
+        out["node-labels"] = reconciler
+    if plugin.deploy == "gpu-operator" and plugin.operator.installer == "olm":
+        config, mig = _operator_configmaps(out)
         out["gpu-operator"] = {"clusterpolicy": gpu_operator.render_cluster_policy(resolved, config, mig)}
     if resolved.spec.admission.enabled:
         out["admission"] = {_stem(obj): obj for obj in admission_webhook.render_admission(resolved)}
     return dict(sorted(out.items()))
+
+
+def _operator_configmaps(components: Mapping[str, Mapping[str, Obj]]) -> tuple[str, str | None]:
+    config = components["device-plugin"]["configmap"]["metadata"]["name"]
+    mig = components["mig"]["configmap"]["metadata"]["name"] if "mig" in components else None
+    return config, mig
+
+
+def _operator_values(resolved: ResolvedPolicy, components: Mapping[str, Mapping[str, Obj]]) -> Obj | None:
+    """installer helm: Helm values for the operator's release, beside the tree and outside every kustomization
+    (Helm, Argo CD or Flux hand them to the chart; nothing applies them as an object)."""
+    operator = resolved.spec.device_plugin
+    if operator.deploy != "gpu-operator" or operator.operator.installer != "helm":
+        return None
+    return gpu_operator.render_helm_values(resolved, *_operator_configmaps(components))
 
 
 def _stem(obj: Obj) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from policy import catalog, mig, selectors
+from policy import catalog, drivers, mig, operator, selectors
 from policy.diagnostics import Diagnostic, did_you_mean
 from policy.labels import GFD_MUTABLE
 from policy.model import ClusterGPUPolicy, NodeClass, ReplicatedSharing, Tenant
@@ -429,7 +429,50 @@ def check_mps_flags(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
                              "remove the field, or upgrade the plugin to v0.20.0")
 
 
+def check_operator_release(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    """The operator release the output is written for: a known one, shipping the plugin release the configs target."""
+    plugin = resolved.spec.device_plugin
+    if plugin.deploy != "gpu-operator":
+        return
+    wanted = plugin.operator.version
+    path = ("spec", "devicePlugin", "operator", "version")
+    known = ", ".join(r.version for r in operator.RELEASES[-4:])
+    if wanted and resolved.operator_release is None:
+        yield Diagnostic("unknown-operator-version", f"GPU Operator {wanted} is not a release gpupolicy knows, so "
+                         "its ClusterPolicy CRD cannot be checked", path,
+                         f"name a release from v23.3.0 to {operator.RELEASES[-1].version} (newest: {known})")
+    elif not wanted and resolved.operator_release is None:
+        yield Diagnostic("operator-version-unknown", f"no GPU Operator release ships device plugin {plugin.version}, "
+                         "and devicePlugin.operator.version is not set", ("spec", "devicePlugin", "version"),
+                         "set devicePlugin.operator.version to the operator release the cluster runs",
+                         severity="warning")
+    elif resolved.operator_release is not None and resolved.operator_release.device_plugin_tuple != \
+            plugin.version_tuple:
+        release = resolved.operator_release
+        yield Diagnostic("operator-plugin-version-mismatch", f"GPU Operator {release.version} deploys device plugin "
+                         f"{release.device_plugin}, but the configs are written for {plugin.version}",
+                         ("spec", "devicePlugin", "version"),
+                         f"set devicePlugin.version: {release.device_plugin.split('-')[0]}, or override the plugin "
+                         "version in the operator's values", severity="warning")
+
+
+def check_driver(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    """A class's stated driver against what its MIG layouts need (MIG user guide; policy/drivers.py)."""
+    for i, rc in enumerate(resolved.classes):
+        stated, mig_spec = rc.spec.gpu.driver_version, rc.spec.sharing.mig
+        if stated is None or mig_spec is None:
+            continue
+        driver = drivers.parse_driver(stated)
+        for gate in drivers.mig_gates(rc.product, [layout for _, layout in mig_spec.layouts(rc.gpu_count)]):
+            if gate.satisfied_by(driver) is False:
+                yield Diagnostic("driver-too-old", f"{gate.what} needs NVIDIA driver {gate.needs} or newer; class "
+                                 f"{rc.name!r} states {stated}", _class_path(i, "gpu", "driverVersion"),
+                                 f"upgrade the nodes' driver to {gate.needs} or newer, or choose other profiles")
+
+
 CHECKS: tuple[Check, ...] = (
+    check_operator_release,
+    check_driver,
     check_reserved_names,
     check_operator_settings,
     check_mps_flags,

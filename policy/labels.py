@@ -26,3 +26,12 @@ GFD_MUTABLE = (
     "nvidia.com/gpu.memory",
     MPS_CAPABLE,
 )
+#: The MIG manager pauses a GPU client by setting its gpu.deploy label to this, and sets it back to "true" after
+#: (mig-parted pkg/mig/reconfigure; mig.md §5). A client must leave the node while it holds this value.
+GPU_DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
+PAUSED_FOR_MIG_CHANGE = "paused-for-mig-change"
+#: nvidia.com/mig.config.state once the MIG manager applied (or found applied) the selected config.
+MIG_STATE_SUCCESS = "success"
+#: Driver version labels of GFD: the plugin-repo GFD (v0.15+) writes the full string, every GFD the parts.
+DRIVER_VERSION_FULL = "nvidia.com/cuda.driver-version.full"
+DRIVER_VERSION_PARTS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")

@@ -128,13 +128,45 @@ class PluginFlags(Model):
     """Where the driver is installed on the host (/run/nvidia/driver with the operator's driver container)."""
 
 
-class OperatorSettings(Model):
-    """Where the GPU Operator lives (deploy: gpu-operator only)."""
+OperatorVersion = Annotated[
+    str,
+    StringConstraints(pattern=r"^v\d+\.\d+\.\d+$"),
+    Field(description="GPU Operator release tag, e.g. v25.3.0."),
+]
 
-    cluster_policy_name: str = "cluster-policy"
-    """Name of the operator's ClusterPolicy the compiled tree points at the generated ConfigMaps."""
+
+class OperatorSettings(Model):
+    """Where the GPU Operator lives, which release it is and who installed it (deploy: gpu-operator only)."""
+
+    version: OperatorVersion | None = None
+    """The GPU Operator release the cluster runs. Default: the newest release whose chart ships devicePlugin.version.
+    Its ClusterPolicy CRD (vendored under schemas/gpu-operator/) is what the output is checked against."""
+    installer: Literal["helm", "olm"] = "helm"
+    """helm: the operator is a Helm release (helm, an Argo CD Application or a Flux HelmRelease render the chart), which
+    owns the ClusterPolicy; the tree carries Helm values for that release and never writes the ClusterPolicy.
+    olm: installed by OLM with a ClusterPolicy created by hand or by the console; the tree patches that object
+    server-side."""
+    cluster_policy_name: str | None = None
+    """Name of the operator's ClusterPolicy (installer olm). Default: gpu-cluster-policy, the name the OpenShift console
+    gives it."""
     namespace: DnsLabel = "gpu-operator"
     """Namespace the operator runs in; its device-plugin and MIG ConfigMaps go there."""
+
+    @property
+    def effective_cluster_policy_name(self) -> str:
+        if self.cluster_policy_name:
+            return self.cluster_policy_name
+        return "cluster-policy" if self.installer == "helm" else "gpu-cluster-policy"
+
+
+class MigManagerSettings(Model):
+    """NVIDIA's MIG manager, which the tree runs per MIG class in standalone mode (the GPU Operator runs its own)."""
+
+    image: str | None = None
+    """MIG manager image. Default: the k8s-mig-manager release the GPU Operator shipped with devicePlugin.version."""
+    with_reboot: StrictBool = False
+    """Reboot the node when a MIG mode change does not take effect without one (most cloud VMs, where the GPU cannot
+    be reset); the node is labelled nvidia.com/mig.config.state=rebooting first."""
 
 
 class DevicePlugin(Model):
@@ -156,11 +188,14 @@ class DevicePlugin(Model):
     gpu_feature_discovery: StrictBool | None = None
     """Whether GPU Feature Discovery runs with each class's config and labels the nodes (nvidia.com/gpu.product
     with -SHARED, nvidia.com/gpu.replicas, ...). Default: true with the GPU Operator, which runs it; false
-    standalone, where a bare device plugin writes no labels. Admission and verify rely on it."""
+    standalone. Standalone and true: the tree runs GFD per class with that class's config (Node Feature Discovery
+    must run in the cluster to publish its labels). Admission and verify rely on it."""
     flags: PluginFlags = PluginFlags()
     """Plugin flags written into every class's config file."""
     operator: OperatorSettings = OperatorSettings()
-    """Where the GPU Operator runs (deploy: gpu-operator only)."""
+    """Where the GPU Operator runs, its release and its installer (deploy: gpu-operator only)."""
+    mig_manager: MigManagerSettings = MigManagerSettings()
+    """The MIG manager the tree runs on MIG classes' nodes (standalone only)."""
 
     @property
     def version_tuple(self) -> tuple[int, int, int]:
@@ -186,6 +221,9 @@ class Gpu(Model):
     """Physical GPUs per node."""
     memory: MemoryMiB | None = None
     """Memory per GPU as the node reports it (nvidia.com/gpu.memory). Needed for models missing from the catalog."""
+    driver_version: Annotated[str, StringConstraints(pattern=r"^\d{3}(\.\d+){0,2}$")] | None = None
+    """NVIDIA driver on the class's nodes (nvidia.com/cuda.driver-version.full, e.g. 550.54.15, or a branch such as
+    535): checked against what MIG profiles and sharing need."""
 
 
 class Sizing(Model):

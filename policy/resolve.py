@@ -10,10 +10,10 @@ can disagree.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
-from policy import catalog, labels, sizing
+from policy import catalog, labels, operator, sizing
 from policy.model import ClusterGPUPolicy, DevicePlugin, NodeClass, SharingMode, Spec, Tenant
 
 Isolation = Literal["exclusive", "none", "mps-memory-limit", "mig-hardware"]
@@ -88,6 +88,11 @@ class ResolvedClass:
     """The mig-parted config the class's nodes select with nvidia.com/mig.config, if any."""
     required_labels: dict[str, str]
     """Labels the compiled output needs on the class's nodes (device-plugin config, MIG config, MPS)."""
+    reconciled_labels: dict[str, str] = field(default_factory=dict)
+    """The part of ``required_labels`` the tree's label reconciler sets: the rest comes from the GPU Operator
+    (all-disabled) or GPU Feature Discovery (mps.capable), which own those keys."""
+    mig_manager: bool = False
+    """The tree runs NVIDIA's MIG manager on the class's nodes (standalone, and the class selects a MIG config)."""
 
     @property
     def name(self) -> str:
@@ -128,6 +133,13 @@ class ResolvedPolicy:
 
     policy: ClusterGPUPolicy
     classes: tuple[ResolvedClass, ...]
+    operator_release: operator.Release | None = None
+    """deploy gpu-operator: the operator release (the spec's, else the newest shipping the plugin release); None
+    when neither names a release the table knows (a check says so)."""
+    default_config: str = ""
+    """deploy gpu-operator: the ClusterPolicy's devicePlugin.config.default, a key of the tree's ConfigMap or empty
+    (the operator's FALLBACK_STRATEGIES=empty then gives unlabelled nodes whole GPUs). The only class, when there
+    is one: its nodes then need no nvidia.com/device-plugin.config label."""
 
     @property
     def spec(self) -> Spec:
@@ -166,10 +178,17 @@ def resolve(policy: ClusterGPUPolicy) -> ResolvedPolicy:
     (an unknown GPU or unusable sizing resolves to None figures, which the checks report)."""
     spec = policy.spec
     has_mig = any(nc.sharing.mig is not None for nc in spec.node_classes)
-    return ResolvedPolicy(policy, tuple(_resolve_class(spec, nc, has_mig) for nc in spec.node_classes))
+    plugin = spec.device_plugin
+    if plugin.deploy != "gpu-operator":
+        return ResolvedPolicy(policy, tuple(_resolve_class(spec, nc, has_mig, "") for nc in spec.node_classes))
+    wanted = plugin.operator.version
+    release = operator.release(wanted) if wanted else operator.shipping(plugin.version_tuple)
+    default = spec.node_classes[0].name if len(spec.node_classes) == 1 else ""
+    classes = tuple(_resolve_class(spec, nc, has_mig, default) for nc in spec.node_classes)
+    return ResolvedPolicy(policy, classes, release, default)
 
 
-def _resolve_class(spec: Spec, node_class: NodeClass, has_mig: bool) -> ResolvedClass:
+def _resolve_class(spec: Spec, node_class: NodeClass, has_mig: bool, default_config: str) -> ResolvedClass:
     plugin = spec.device_plugin
     model = catalog.lookup(node_class.gpu.model)
     product = model.product if model else node_class.gpu.model
@@ -179,6 +198,7 @@ def _resolve_class(spec: Spec, node_class: NodeClass, has_mig: bool) -> Resolved
     offers = _offers(node_class, model, memory, computed, replicas)
     mps_daemon = node_class.sharing.mps is not None and plugin.version_tuple >= (0, 15, 0)
     mig_config = _mig_config(plugin, node_class, model, has_mig)
+    required = _required_labels(plugin, node_class, mig_config, mps_daemon, default_config)
     return ResolvedClass(
         spec=node_class,
         gpu=model,
@@ -191,7 +211,9 @@ def _resolve_class(spec: Spec, node_class: NodeClass, has_mig: bool) -> Resolved
         feature_discovery=plugin.labels_nodes,
         mps_daemon=mps_daemon,
         mig_config=mig_config,
-        required_labels=_required_labels(plugin, node_class, mig_config, mps_daemon),
+        required_labels=required,
+        reconciled_labels=_reconciled_labels(plugin, required),
+        mig_manager=plugin.deploy == "standalone" and mig_config is not None,
     )
 
 
@@ -310,18 +332,37 @@ def _mig_config(plugin: DevicePlugin, node_class: NodeClass, model: catalog.GpuM
 
 
 def _required_labels(plugin: DevicePlugin, node_class: NodeClass, mig_config: str | None,
-                     mps_daemon: bool) -> dict[str, str]:
+                     mps_daemon: bool, default_config: str) -> dict[str, str]:
     """The labels the compiled output needs on the class's nodes.
 
-    gpu-operator: the config-manager picks the config named by nvidia.com/device-plugin.config (§4).
+    gpu-operator: the config-manager picks the config named by nvidia.com/device-plugin.config (§4), or the
+    ClusterPolicy's devicePlugin.config.default on a node without it.
     MIG: mig-manager applies the layout named by nvidia.com/mig.config (mig.md §5).  Standalone MPS: the
     control daemon runs only where nvidia.com/mps.capable=true (Helm chart nodeSelector).
     """
     found: dict[str, str] = {}
-    if plugin.deploy == "gpu-operator":
+    if plugin.deploy == "gpu-operator" and node_class.name != default_config:
         found[labels.DEVICE_PLUGIN_CONFIG] = node_class.name
     if mig_config is not None:
         found[labels.MIG_CONFIG] = mig_config
     if plugin.deploy == "standalone" and mps_daemon:
         found[labels.MPS_CAPABLE] = "true"
     return dict(sorted(found.items()))
+
+
+def _reconciled_labels(plugin: DevicePlugin, required: dict[str, str]) -> dict[str, str]:
+    """The labels gpupolicy's reconciler owns on a class's nodes; every other required label has an owner already.
+
+    - nvidia.com/mig.config=all-disabled under the operator: the operator itself labels MIG-capable nodes that lack
+      it when migManager.config.default is all-disabled (gpu-operator controllers/state_manager.go), which the tree
+      sets. A MIG layout cannot be a default (the CRD's enum is all-disabled or ""), so MIG classes need the label.
+    - nvidia.com/mps.capable: GPU Feature Discovery writes it (through NFD) where it runs with the class's config,
+      and would overwrite ours; only without GFD does the reconciler set it.
+    """
+    found = dict(required)
+    operator_mode = plugin.deploy == "gpu-operator"
+    if operator_mode and found.get(labels.MIG_CONFIG) == labels.MIG_ALL_DISABLED:
+        del found[labels.MIG_CONFIG]
+    if plugin.labels_nodes:
+        found.pop(labels.MPS_CAPABLE, None)
+    return found

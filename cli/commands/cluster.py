@@ -34,6 +34,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="JSON Schema location for the yaml-language-server comment "
                                "(default: the published cluster-policy schema)")
     _access_arguments(discover)
+    reconcile = actions.add_parser(
+        "reconcile-labels", help="keep the label plan's node labels on every node of its classes (in-cluster)",
+        description="Apply the node labels of a compiled label plan (node-labels/ in the tree) to every node a class "
+                    "selects, with server-side apply as field manager gpupolicy-node-labels, and keep them as nodes "
+                    "join, change or leave. Labels another writer set are reported (events, metrics), never "
+                    "overwritten. Runs until stopped; --once reconciles every node once and exits.")
+    reconcile.add_argument("--plan", required=True, metavar="FILE", help="the plan.json of the node-labels ConfigMap")
+    reconcile.add_argument("--once", action="store_true", help="reconcile every node once, then exit")
+    reconcile.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
+                           help="serve Prometheus metrics (and /healthz) on this port (default: off)")
+    reconcile.add_argument("--watch-timeout", type=int, default=300, metavar="SECONDS",
+                           help="end each watch after this long and list again (default: %(default)s)")
+    _access_arguments(reconcile)
 
 
 def _access_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,10 +61,12 @@ def run(args: argparse.Namespace) -> int:
     from cluster import ClusterError
 
     if args.action is None:
-        print("gpupolicy cluster: choose an action: verify or discover (see gpupolicy cluster --help)",
-              file=sys.stderr)
+        print("gpupolicy cluster: choose an action: verify, discover or reconcile-labels (see gpupolicy cluster "
+              "--help)", file=sys.stderr)
         return ExitCode.BAD_INPUT
     try:
+        if args.action == "reconcile-labels":
+            return _reconcile(args)
         return _verify(args) if args.action == "verify" else _discover(args)
     except ClusterError as err:
         print(f"gpupolicy cluster {args.action}: error: {err.message}\n  hint: {err.hint}", file=sys.stderr)
@@ -121,4 +136,35 @@ def _discover(args: argparse.Namespace) -> int:
         sys.stderr.write(render_text(Report(diagnostics=errors, files=1)))
         print("gpupolicy cluster discover: the draft needs the edits above before it validates", file=sys.stderr)
         return ExitCode.FINDINGS
+    return ExitCode.OK
+
+
+def _reconcile(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    from pathlib import Path
+
+    from cli.main import ExitCode
+    from cluster import reconciler, snapshot
+    from policy.node_labels import plan_from_json
+
+    try:
+        plan = plan_from_json(Path(args.plan).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        print(f"gpupolicy cluster reconcile-labels: error: cannot read the label plan {args.plan}: {err}\n"
+              "  hint: pass the plan.json of the compiled tree's node-labels ConfigMap", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    api = snapshot.core_api(_access(args))
+    metrics = reconciler.Metrics()
+    worker = reconciler.Reconciler(api, plan, metrics, watch_timeout_seconds=args.watch_timeout,
+                                   request_timeout_seconds=args.request_timeout)
+    if args.once:
+        worker.resync()
+        return ExitCode.OK
+    if args.metrics_port:
+        reconciler.serve_metrics(worker, args.metrics_port)
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: worker.stop.set())
+    worker.run()
     return ExitCode.OK

@@ -169,13 +169,23 @@ def _plugin_daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, conf
         "securityContext": _plugin_security_context(node_class),
         "volumeMounts": mounts,
     }
+    affinity, app = _mig_client(node_class, "device-plugin")
     return objects.daemon_set(
         f"{PLUGIN_APP}-{node_class.name}",
         namespace=plugin.namespace,
         labels=objects.labels(policy, "device-plugin"),
         selector=objects.selector_labels(PLUGIN_APP, node_class.name),
-        pod_spec=_pod_spec(plugin, dict(node_class.node_selector), [container], volumes),
+        pod_spec=_pod_spec(plugin, dict(node_class.node_selector), [container], volumes, **affinity),
+        template_labels=app,
     )
+
+
+def _mig_client(node_class: ResolvedClass, component: str) -> tuple[Obj, dict[str, str]]:
+    """Pod-spec fields and template labels that make a class's GPU client step aside for the tree's MIG manager."""
+    if not node_class.mig_manager:
+        return {}, {}
+    affinity, app = objects.mig_client(component)
+    return {"affinity": affinity}, app
 
 
 def _plugin_security_context(node_class: ResolvedClass) -> Obj:
@@ -235,10 +245,13 @@ def _mps_daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, config_
     # for it, as in the Helm chart.
     selector = {**node_class.node_selector, MPS_CAPABLE: "true"}
     volumes = [*_mps_volumes(), _config_volume(node_class, config_map_name)]
+    # The MIG manager waits for no MPS pod label, but the daemon pauses with the plugin it serves.
+    affinity, _ = _mig_client(node_class, "device-plugin")
     return objects.daemon_set(
         f"{MPS_APP}-{node_class.name}",
         namespace=plugin.namespace,
         labels=objects.labels(policy, "mps-control-daemon"),
         selector=objects.selector_labels(MPS_APP, node_class.name),
-        pod_spec=_pod_spec(plugin, selector, [daemon], volumes, hostPID=True, initContainers=[mount_shm]),
+        pod_spec=_pod_spec(plugin, selector, [daemon], volumes, hostPID=True, initContainers=[mount_shm],
+                           **affinity),
     )

@@ -1,14 +1,17 @@
-"""The GPU Operator: named device-plugin configs for its config-manager, and the partial ClusterPolicy that points
-the operator at them."""
+"""The GPU Operator: named device-plugin configs for its config-manager, and what points the operator at them:
+Helm values for the operator's Helm release (installer helm), or a partial ClusterPolicy patch (installer olm)."""
 
 from __future__ import annotations
 
 from compiler import objects
 from compiler.objects import Obj
 from compiler.targets.device_plugin import render_config_text
+from policy.labels import MIG_ALL_DISABLED
 from policy.resolve import ResolvedPolicy
 
 OPERATOR_CONFIGS = "gpupolicy-device-plugin-configs"
+#: Helm values for the operator's release (installer helm), at the top of the tree: not a Kubernetes object.
+VALUES_FILE = "gpu-operator-values.yaml"
 
 
 def render_operator_configs(resolved: ResolvedPolicy) -> Obj:
@@ -25,21 +28,41 @@ def render_operator_configs(resolved: ResolvedPolicy) -> Obj:
     )
 
 
-def render_cluster_policy(resolved: ResolvedPolicy, configs: str, mig_configs: str | None) -> Obj:
-    """The ClusterPolicy fields that point the operator at our content-named ConfigMaps.
+def cluster_policy_fields(resolved: ResolvedPolicy, configs: str, mig_configs: str | None) -> Obj:
+    """The ClusterPolicy spec fields gpupolicy decides, and nothing else (every value valid in every operator
+    release v23.3 - v26.7: schemas/gpu-operator/).
 
-    The names are written literally, so the pointer changes in the same compile as the content.  Not a
-    Kustomize nameReference: kustomize v5.5 takes an unknown kind for namespaced and then never matches a
-    cluster-scoped ClusterPolicy to a ConfigMap in the operator's namespace (tried with kubectl 1.32), and
-    a patch cannot target an object outside the build (the operator's Helm release owns the ClusterPolicy).
+    devicePlugin.config.default is always written: a default the operator's installer set that is not a key of
+    our ConfigMap would crash-loop every unlabelled node's config-manager ("specified config ... does not
+    exist"); ours is the only class or empty (FALLBACK_STRATEGIES=empty: whole GPUs).
+    migManager.config.default all-disabled: the operator then labels unlabelled MIG-capable nodes with it, so
+    non-MIG classes need no label; the tree's mig-parted config defines all-disabled (mig.md §5).
     """
-    policy = resolved.policy
     spec: Obj = {
-        "devicePlugin": {"config": {"name": configs}},
-        "mig": {"strategy": policy.spec.operator_mig_strategy},
+        "devicePlugin": {"config": {"default": resolved.default_config, "name": configs}},
+        "mig": {"strategy": resolved.spec.operator_mig_strategy},
     }
     if mig_configs is not None:
-        # default all-disabled: the operator labels unlabelled MIG-capable nodes with it (mig.md §5).
-        spec["migManager"] = {"config": {"default": "all-disabled", "name": mig_configs}}
-    return objects.cluster_policy_patch(policy.spec.device_plugin.operator.cluster_policy_name, spec,
-                                        labels=objects.labels(policy, "gpu-operator"))
+        spec["migManager"] = {"config": {"default": MIG_ALL_DISABLED, "name": mig_configs}}
+    return spec
+
+
+def render_cluster_policy(resolved: ResolvedPolicy, configs: str, mig_configs: str | None) -> Obj:
+    """installer olm: the fields above as a partial ClusterPolicy for server-side apply.
+
+    No labels: the object belongs to whoever created it, and a partial object carries only fields gpupolicy
+    owns (the root kustomization adds none either). The names are written literally, so the pointer changes
+    in the same compile as the content. Not a Kustomize nameReference: kustomize v5.5 takes an unknown kind
+    for namespaced and then never matches a cluster-scoped ClusterPolicy to a ConfigMap in the operator's
+    namespace (tried with kubectl 1.32).
+    """
+    operator = resolved.spec.device_plugin.operator
+    return objects.cluster_policy_patch(operator.effective_cluster_policy_name,
+                                        cluster_policy_fields(resolved, configs, mig_configs))
+
+
+def render_helm_values(resolved: ResolvedPolicy, configs: str, mig_configs: str | None) -> Obj:
+    """installer helm: the same fields as values of the operator's chart, so its release renders them into the
+    ClusterPolicy it owns and no second writer exists (templates/clusterpolicy.yaml maps devicePlugin.config,
+    mig.strategy and migManager.config one to one, v23.3 - v26.7)."""
+    return cluster_policy_fields(resolved, configs, mig_configs)

@@ -31,15 +31,22 @@ def test_json_output_is_the_committed_report_json(name: str, capsys: pytest.Capt
     assert main(["explain", "--output", "json", str(CLUSTERS / name / "cluster.yaml")]) == 0
     printed = capsys.readouterr().out
     assert printed == (CLUSTERS / name / "out" / "report.json").read_text(encoding="utf-8")
-    assert json.loads(printed)["version"] == 1
+    assert json.loads(printed)["version"] == 2
 
 
-def test_the_table_gives_the_label_commands_of_the_operator_example(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_table_says_who_sets_each_label_of_the_operator_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", str(CLUSTERS / "h20-mig" / "cluster.yaml")]) == 0
     out = capsys.readouterr().out
-    assert "h20: kubectl label nodes -l gpu-pool=h20 nvidia.com/device-plugin.config=h20 " \
-           "nvidia.com/mig.config=h20 --overwrite" in out
+    assert "h20: label nvidia.com/mig.config=h20 set by gpupolicy's label reconciler (node-labels/)" in out
     assert "4 node(s), 32 GPU(s), 32 -> 448 schedulable GPU slots" in out
+
+
+@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig"])
+def test_no_example_leaves_a_manual_command(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(CLUSTERS / name / "cluster.yaml")]) == 0
+    out = capsys.readouterr().out
+    for manual in ("kubectl label", "nvidia-mig-parted apply", "label the nodes yourself", "run nvidia-mig-manager"):
+        assert manual not in out
 
 
 def test_a_spec_with_errors_exits_1_with_its_diagnostics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -54,10 +54,12 @@ def test_the_seed_draft_has_one_class_per_gpu_kind_selected_by_instance_type_and
     assert data["spec"]["nodeClasses"] == [
         {"name": "l20", "description": "1x NVIDIA L20 on PNV5b.8XLARGE96",
          "nodeSelector": {"nvidia-device-enable": "enable", "node.kubernetes.io/instance-type": "PNV5b.8XLARGE96"},
-         "nodes": 1, "gpu": {"model": "NVIDIA-L20", "count": 1}, "sharing": "exclusive"},
+         "nodes": 1, "gpu": {"model": "NVIDIA-L20", "count": 1, "driverVersion": "570.158.01"},
+         "sharing": "exclusive"},
         {"name": "t4", "description": "1x Tesla T4 on GN7.2XLARGE32",
          "nodeSelector": {"nvidia-device-enable": "enable", "node.kubernetes.io/instance-type": "GN7.2XLARGE32"},
-         "nodes": 1, "gpu": {"model": "Tesla-T4", "count": 1}, "sharing": "exclusive"},
+         "nodes": 1, "gpu": {"model": "Tesla-T4", "count": 1, "driverVersion": "570.158.01"},
+         "sharing": "exclusive"},
     ]
 
 
@@ -121,7 +123,8 @@ def test_the_fleet_draft_separates_same_model_groups_by_instance_type_and_lists_
         "t4": {"node.kubernetes.io/instance-type": "g4dn.xlarge"},
     }
     # The T4's gpu.memory label is in bytes (16106127360): read as 15360 MiB, the catalog's figure, so not stated.
-    assert classes["t4"]["gpu"] == {"model": "Tesla-T4", "count": 1}
+    # The driver comes from GFD's cuda.driver labels, where every node of the class agrees.
+    assert classes["t4"]["gpu"] == {"model": "Tesla-T4", "count": 1, "driverVersion": "510.73.08"}
     assert "(profiles per GPU: 1g.12gb x7, 1g.24gb x4, 2g.24gb x3, 3g.48gb x2, 4g.48gb x1, 7g.96gb x1)" in text.replace(
         "\n      # ", " ")
     assert load_policy(text, filename="fleet-draft.yaml").ok

@@ -107,7 +107,7 @@ def _h20_node(name: str, **labels: str) -> Node:
     return Node(name, {**base, **labels}, {"nvidia.com/mig-1g.12gb": 112}, {"nvidia.com/mig-1g.12gb": 112})
 
 
-def test_under_the_gpu_operator_its_plugin_is_not_unmanaged_and_nodes_need_the_config_label():
+def test_under_the_gpu_operator_its_plugin_is_not_unmanaged_and_nodes_need_the_mig_config_label():
     spec = ROOT / "examples" / "clusters" / "h20-mig" / "cluster.yaml"
     policy = load_policy(spec.read_text(encoding="utf-8"), filename=str(spec)).policy
     assert policy is not None
@@ -117,14 +117,13 @@ def test_under_the_gpu_operator_its_plugin_is_not_unmanaged_and_nodes_need_the_c
         3, 3, {"app": "nvidia-device-plugin-daemonset"}, {}, (Container("nvidia-device-plugin", "nvcr.io/nvidia/"
                                                                       "k8s-device-plugin:v0.17.1", (), (), {}, {}),),
         (), 4, 4, 4, 4, 4)
-    nodes = (*(_h20_node(f"h20-{i}", **{"nvidia.com/device-plugin.config": "h20"}) for i in range(3)),
-             _h20_node("h20-3"))
+    # The only class is the operator's devicePlugin.config.default: no device-plugin.config label is needed.
+    nodes = (*(_h20_node(f"h20-{i}") for i in range(3)),
+             _h20_node("h20-3", **{"nvidia.com/mig.config": "all-disabled"}))
     wanted = expected.from_tree(compile_policy(policy))
     result = verify.verify(Snapshot("ctx", "https://api", NOW, nodes, (operator_plugin,)), policy, wanted)
     configmaps = sorted(c.name.rsplit("-", 1)[0] for c in wanted.configmaps)
     assert configmaps == ["gpupolicy-device-plugin-configs", "gpupolicy-mig-parted-config"]
     assert [(f.code, f.subject) for f in result.findings if f.code != "configmap-missing"] == [
         ("node-label-missing", "node/h20-3")]
-    assert result.findings[0].message == (
-        "node h20-3 lacks nvidia.com/device-plugin.config=h20: the GPU Operator's config-manager picks the class's "
-        "config by it; without it the node gets the empty config (whole GPUs)")
+    assert result.findings[0].message == "node h20-3 has nvidia.com/mig.config=all-disabled, class h20 needs h20"

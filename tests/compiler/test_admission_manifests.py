@@ -724,3 +724,19 @@ def test_every_namespace_is_routed_to_its_matching_tenants_or_else_to_the_defaul
                    if selectors.matches(reqs, labels)}
         expected = tenants or {"default.gpupolicy.dev"}
         assert called(vwc, labels, "CREATE", workload("Pod", gpus=1)) == expected, labels
+
+
+@pytest.mark.parametrize("example", ["h20-mig", "mixed-fleet"])
+def test_the_node_label_reconciler_meets_pod_security_restricted_and_may_only_touch_nodes(example: str) -> None:
+    from compiler import compile_policy
+    from policy.load import load_policy_or_raise
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "clusters" / example / "cluster.yaml"
+    tree = compile_policy(load_policy_or_raise(path.read_text(), filename=str(path)))
+    deployment = yaml.safe_load(tree["node-labels/deployment.yaml"])
+    assert restricted_violations(deployment["spec"]["template"]["spec"]) == []
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    role = yaml.safe_load(tree["node-labels/clusterrole.yaml"])
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "patch", "watch"]}]
+    events = yaml.safe_load(tree["node-labels/role.yaml"])
+    assert events["metadata"]["namespace"] == "default" and events["rules"][0]["resources"] == ["events"]

@@ -17,7 +17,7 @@ from external_tools import require_tool
 from jsonschema import Draft202012Validator
 
 from compiler import compile_policy
-from compiler.targets import device_plugin
+from compiler.targets import device_plugin, gpu_operator
 from compiler.tree import Tree
 from policy.model import ClusterGPUPolicy
 from policy.resolve import resolve
@@ -35,7 +35,7 @@ CUSTOM_KINDS = {
 
 def objects(tree: Tree) -> Iterator[tuple[str, dict[str, Any]]]:
     for path, data in tree.items():
-        if path.endswith(".yaml") and not path.endswith("kustomization.yaml"):
+        if path.endswith(".yaml") and not path.endswith("kustomization.yaml") and path != gpu_operator.VALUES_FILE:
             yield path, yaml.safe_load(data)
 
 
@@ -145,27 +145,47 @@ def test_mig_groups_become_per_gpu_entries_without_a_device_filter(example_polic
     ]
 
 
-def test_operator_cluster_policy_points_at_the_configmaps_of_the_same_tree(example_policy: Load) -> None:
+def test_operator_values_point_at_the_configmaps_of_the_same_tree(example_policy: Load) -> None:
     tree = compile_policy(example_policy("h20-mig"))
-    cluster_policy = yaml.safe_load(tree["gpu-operator/clusterpolicy.yaml"])
+    values = yaml.safe_load(tree[gpu_operator.VALUES_FILE])
     paths = ("device-plugin/configmap.yaml", "mig/configmap.yaml")
     names = {yaml.safe_load(tree[p])["metadata"]["name"] for p in paths}
-    assert {cluster_policy["spec"]["devicePlugin"]["config"]["name"],
-            cluster_policy["spec"]["migManager"]["config"]["name"]} == names
-    assert cluster_policy["spec"]["mig"] == {"strategy": "mixed"}
-    assert "ServerSideApply=true" in cluster_policy["metadata"]["annotations"]["argocd.argoproj.io/sync-options"]
+    assert {values["devicePlugin"]["config"]["name"], values["migManager"]["config"]["name"]} == names
+    assert values["mig"] == {"strategy": "mixed"}
+    assert not any(p.startswith("gpu-operator/") for p in tree), "installer helm: the tree writes no ClusterPolicy"
     changed = compile_policy(example_policy("h20-mig", ("1g.12gb: 2", "1g.12gb: 3")))
-    moved = yaml.safe_load(changed["gpu-operator/clusterpolicy.yaml"])["spec"]["devicePlugin"]["config"]["name"]
+    moved = yaml.safe_load(changed[gpu_operator.VALUES_FILE])["devicePlugin"]["config"]["name"]
     assert moved == yaml.safe_load(changed["device-plugin/configmap.yaml"])["metadata"]["name"] != \
-        cluster_policy["spec"]["devicePlugin"]["config"]["name"]
+        values["devicePlugin"]["config"]["name"]
 
 
-def test_operator_report_says_which_labels_go_on_which_nodes_and_how(example_policy: Load) -> None:
+def test_olm_gets_an_unlabelled_partial_cluster_policy_with_the_same_fields(example_policy: Load) -> None:
+    tree = compile_policy(example_policy("h20-mig", ("installer: helm ", "installer: olm ")))
+    patch = yaml.safe_load(tree["gpu-operator/clusterpolicy.yaml"])
+    assert patch["metadata"]["name"] == "gpu-cluster-policy"
+    assert "labels" not in patch["metadata"], "a partial object carries only fields gpupolicy owns"
+    assert "ServerSideApply=true" in patch["metadata"]["annotations"]["argocd.argoproj.io/sync-options"]
+    assert patch["spec"] == gpu_operator.cluster_policy_fields(
+        resolve(example_policy("h20-mig")), *(yaml.safe_load(tree[p])["metadata"]["name"]
+                                              for p in ("device-plugin/configmap.yaml", "mig/configmap.yaml")))
+    assert gpu_operator.VALUES_FILE not in tree
+
+
+def test_the_default_config_is_a_key_of_the_configmap_or_empty(example_policy: Load) -> None:
+    # An operator default that names no key crash-loops every unlabelled node's config-manager.
+    for edit in ((), ("  tenants:\n", MPS_CLASS.replace("mps: {replicas: 4}", "timeSlicing: {replicas: 4}")),):
+        tree = compile_policy(example_policy("h20-mig", *([edit] if edit else [])))
+        default = yaml.safe_load(tree[gpu_operator.VALUES_FILE])["devicePlugin"]["config"]["default"]
+        keys = set(yaml.safe_load(tree["device-plugin/configmap.yaml"])["data"])
+        assert default in keys | {""}
+        assert default == ("h20" if not edit else "")
+
+
+def test_operator_report_says_which_labels_go_on_which_nodes_and_who_sets_them(example_policy: Load) -> None:
     report = compile_policy(example_policy("h20-mig"))["REPORT.md"].decode()
-    assert "- **h20** (nodes matching `gpu-pool=h20`): `nvidia.com/device-plugin.config=h20`, " \
-           "`nvidia.com/mig.config=h20`" in report
-    assert "kubectl label nodes -l gpu-pool=h20 nvidia.com/device-plugin.config=h20 nvidia.com/mig.config=h20 " \
-           "--overwrite" in report
+    assert "- **h20** (nodes matching `gpu-pool=h20`):\n  - `nvidia.com/mig.config=h20`: gpupolicy's label " \
+           "reconciler (node-labels/)" in report
+    assert "kubectl label" not in report and "nvidia.com/device-plugin.config=h20" not in report
 
 
 # ----------------------------------------------------------------------- kubectl kustomize
@@ -188,14 +208,14 @@ def test_every_committed_tree_builds_with_kubectl_kustomize_without_a_warning(na
     assert "ConfigMap" in kinds
 
 
-def test_the_built_operator_tree_references_only_configmaps_it_contains() -> None:
-    built = kustomize_build(str(ROOT / "examples" / "clusters" / "h20-mig" / "out"))
-    documents = list(yaml.safe_load_all(built.stdout))
+def test_the_built_operator_tree_holds_every_configmap_its_helm_values_name() -> None:
+    out = ROOT / "examples" / "clusters" / "h20-mig" / "out"
+    documents = list(yaml.safe_load_all(kustomize_build(str(out)).stdout))
     config_maps = {d["metadata"]["name"] for d in documents if d["kind"] == "ConfigMap"}
-    cluster_policy = next(d for d in documents if d["kind"] == "ClusterPolicy")
-    assert "namespace" not in cluster_policy["metadata"]
-    assert cluster_policy["spec"]["devicePlugin"]["config"]["name"] in config_maps
-    assert cluster_policy["spec"]["migManager"]["config"]["name"] in config_maps
+    assert "ClusterPolicy" not in {d["kind"] for d in documents}
+    values = yaml.safe_load((out / gpu_operator.VALUES_FILE).read_text())
+    assert values["devicePlugin"]["config"]["name"] in config_maps
+    assert values["migManager"]["config"]["name"] in config_maps
 
 
 def test_the_built_standalone_tree_mounts_configmaps_it_contains() -> None:
@@ -203,10 +223,11 @@ def test_the_built_standalone_tree_mounts_configmaps_it_contains() -> None:
     documents = list(yaml.safe_load_all(built.stdout))
     config_maps = {d["metadata"]["name"] for d in documents if d["kind"] == "ConfigMap"}
     daemon_sets = [d for d in documents if d["kind"] == "DaemonSet"]
-    assert len(daemon_sets) == 5
+    assert len(daemon_sets) == 5 + 4 + 3  # plugins and the MPS daemon, GFD per class, MIG managers
     for daemon_set in daemon_sets:
-        volume = next(v for v in daemon_set["spec"]["template"]["spec"]["volumes"] if v["name"] == "config")
-        assert volume["configMap"]["name"] in config_maps
+        mounted = [v["configMap"]["name"] for v in daemon_set["spec"]["template"]["spec"]["volumes"]
+                   if "configMap" in v]
+        assert mounted and set(mounted) <= config_maps
 
 
 def test_a_missing_tool_fails_when_ci_requires_it_and_is_skipped_otherwise(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -234,7 +255,7 @@ def test_operator_mode_follows_the_mig_classes_strategy_cluster_wide(example_pol
     # (device-plugin.md §7); a class that needs another strategy is a validation error (checks.py).
     policy = example_policy("h20-mig")
     tree = compile_policy(policy)
-    assert yaml.safe_load(tree["gpu-operator/clusterpolicy.yaml"])["spec"]["mig"] == {"strategy": "mixed"}
+    assert yaml.safe_load(tree[gpu_operator.VALUES_FILE])["mig"] == {"strategy": "mixed"}
     assert policy.spec.operator_mig_strategy == "mixed"
 
 

@@ -65,8 +65,8 @@ def test_advice_on_the_sharing_mode_appears_in_the_report() -> None:
 
 def test_standalone_classes_on_nodes_they_already_select_need_no_labels(example_policy: Load) -> None:
     capacity = build_report(example_policy("tke-l20-t4"))
-    assert all(c.node_labels == {} and c.label_command is None for c in capacity.classes)
-    assert "None to set" in report.render_markdown(capacity)
+    assert all(c.node_labels == {} == c.labels_set_by for c in capacity.classes)
+    assert "None: every workload selects its nodes" in report.render_markdown(capacity)
 
 
 def test_standalone_mps_and_mig_capable_classes_get_their_labels(example_policy: Load) -> None:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 
 from compiler import compile_policy
+from compiler.targets import gpu_operator
 from compiler.tree import MARKER, Tree
 from policy.model import ClusterGPUPolicy
 
@@ -141,8 +142,8 @@ def test_every_object_is_one_file_with_lf_endings_sorted_keys_and_a_marker(examp
 def test_kustomizations_use_labels_never_common_labels_and_list_every_file(example_policy: Load, name: str) -> None:
     tree = compile_policy(example_policy(name))
     top = doc(tree, "kustomization.yaml")
-    assert "commonLabels" not in top and "namespace" not in top
-    assert top["labels"][0]["includeSelectors"] is False
+    # No labels at the top either: each object carries its own, and a partial ClusterPolicy must carry none.
+    assert "commonLabels" not in top and "namespace" not in top and "labels" not in top
     for directory in top["resources"]:
         kustomization = doc(tree, f"{directory}/kustomization.yaml")
         assert kustomization["resources"] == sorted(kustomization["resources"])
@@ -156,7 +157,7 @@ def test_content_named_configmaps_come_first_and_are_never_pruned_mid_rollout(
 ) -> None:
     tree = compile_policy(example_policy(name))
     for path in tree:
-        if not path.endswith(".yaml") or path.endswith("kustomization.yaml"):
+        if not path.endswith(".yaml") or path.endswith("kustomization.yaml") or path == gpu_operator.VALUES_FILE:
             continue
         obj = doc(tree, path)
         annotations = obj["metadata"].get("annotations", {})
@@ -175,7 +176,8 @@ def test_daemonset_selectors_name_the_app_and_class_only(example_policy: Load) -
     daemon_set = doc(tree, "device-plugin/daemonset-a100-mps.yaml")
     assert daemon_set["spec"]["selector"] == {"matchLabels": {"app.kubernetes.io/name": "nvidia-device-plugin",
                                                               "gpupolicy.dev/node-class": "a100-mps"}}
-    assert daemon_set["spec"]["template"]["metadata"]["labels"] == daemon_set["spec"]["selector"]["matchLabels"]
+    assert daemon_set["spec"]["template"]["metadata"]["labels"] == {
+        **daemon_set["spec"]["selector"]["matchLabels"], "app": "nvidia-device-plugin-daemonset"}
     assert daemon_set["spec"]["updateStrategy"]["type"] == "RollingUpdate"
 
 

@@ -21,9 +21,9 @@ def test_loading_compiling_and_building_the_admission_policy_resolves_each_class
     calls: list[str] = []
     real = resolve_module._resolve_class
 
-    def counting(spec_, node_class, has_mig):  # type: ignore[no-untyped-def]
+    def counting(spec_, node_class, *rest):  # type: ignore[no-untyped-def]
         calls.append(node_class.name)
-        return real(spec_, node_class, has_mig)
+        return real(spec_, node_class, *rest)
 
     monkeypatch.setattr(resolve_module, "_resolve_class", counting)
     result = load_policy(spec.read_text(), filename=str(spec))

@@ -28,7 +28,7 @@ def committed(tree: Path, kind: str) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("tree", OUT_TREES, ids=lambda tree: tree.parent.name)
 def test_the_committed_webhook_deployment_is_restricted_non_root_read_only_and_tokenless(tree: Path) -> None:
     (deployment,) = [d for d in committed(tree, "Deployment") if d["metadata"]["name"] == "gpupolicy-webhook"]
-    (account,) = committed(tree, "ServiceAccount")
+    (account,) = [a for a in committed(tree, "ServiceAccount") if a["metadata"]["name"] == "gpupolicy-webhook"]
     spec = deployment["spec"]["template"]["spec"]
     assert manifests.baseline_violations(spec) == manifests.restricted_violations(spec) == []
     (container,) = spec["containers"]

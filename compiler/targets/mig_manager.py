@@ -1,0 +1,141 @@
+"""NVIDIA's MIG manager in standalone trees: one DaemonSet per class whose nodes select a MIG config, with the
+RBAC its code uses and nothing more (operator-migmanager notes A.2-A.5; mig-parted cmd/nvidia-mig-manager).
+
+It watches the node's nvidia.com/mig.config label (set by the tree's label reconciler), applies that config from
+the tree's mig-parted ConfigMap, pauses the GPU clients that step aside (compiler.objects.mig_client) and reports
+in nvidia.com/mig.config.state. It never drains workloads (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+from compiler import objects, serialize
+from compiler.objects import Obj
+from policy import operator
+from policy.resolve import ResolvedClass, ResolvedPolicy
+
+APP = "nvidia-mig-manager"
+ACCOUNT = "gpupolicy-mig-manager"
+CONFIG_DIR = "/mig-parted-config"
+CLIENTS_DIR = "/gpu-clients"
+CLIENTS_KEY = "clients.yaml"
+# Host systemd services that hold the GPU, stopped around a reconfiguration (NVIDIA's example gpu-clients
+# ConfigMap, mig-parted deployments/container/nvidia-mig-manager-example.yaml).
+HOST_GPU_CLIENTS = ("dcgm-exporter", "nv_peer_mem", "nvidia-dcgm", "nvsm*")
+
+
+def render_mig_manager(resolved: ResolvedPolicy, mig_configmap: str) -> dict[str, Obj]:
+    """File stem -> object: the shared RBAC and host-clients ConfigMap, and one DaemonSet per MIG-managed class."""
+    policy = resolved.policy
+    plugin = policy.spec.device_plugin
+    managed = sorted((c for c in resolved.classes if c.mig_manager), key=lambda c: c.name)
+    if not managed:
+        return {}
+    image = plugin.mig_manager.image or operator.nearest(plugin.version_tuple).mig_manager_image
+    clients = objects.config_map(
+        "gpupolicy-mig-manager-gpu-clients",
+        {CLIENTS_KEY: serialize.dump_yaml({"version": "v1", "systemd-services": list(HOST_GPU_CLIENTS)})
+         .decode("utf-8")},
+        namespace=plugin.namespace, labels=_labels(resolved))
+    out: dict[str, Obj] = {"configmap-gpu-clients": clients, **_rbac(resolved, image)}
+    for node_class in managed:
+        out[f"daemonset-{node_class.name}"] = _daemon_set(resolved, node_class, image, mig_configmap,
+                                                          clients["metadata"]["name"])
+    return out
+
+
+def _labels(resolved: ResolvedPolicy) -> dict[str, str]:
+    return objects.labels(resolved.policy, "mig-manager")
+
+
+def _rbac(resolved: ResolvedPolicy, image: str) -> dict[str, Obj]:
+    """ClusterRole: nodes get/list/watch (its informer and label reads) and patch (state and pause labels; update
+    only in v0.13.0, which wrote them with Update), pods list (v0.15.0: DaemonSet clients in every namespace).
+    Role in the plugin namespace: pods get/list/watch/delete (waiting for paused clients, deleting validators).
+    No ConfigMap access: CONFIG_FILE is always set, so it never publishes a generated config."""
+    namespace = resolved.spec.device_plugin.namespace
+    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    version = operator.parse_version(tag) if tag[:1] == "v" and tag.count(".") >= 2 else (0, 15, 0)
+    node_verbs = ["get", "list", "patch", "watch"] + (["update"] if version[:2] == (0, 13) and version[2] == 0 else [])
+    rules = [{"apiGroups": [""], "resources": ["nodes"], "verbs": sorted(node_verbs)}]
+    if version >= (0, 15, 0):
+        rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]})
+    labels = _labels(resolved)
+    subject = [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": namespace}]
+    return {
+        "serviceaccount": {"apiVersion": "v1", "kind": "ServiceAccount",
+                           "metadata": objects.metadata(ACCOUNT, namespace=namespace, labels=labels)},
+        "clusterrole": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                        "metadata": objects.metadata(ACCOUNT, labels=labels), "rules": rules},
+        "clusterrolebinding": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                               "metadata": objects.metadata(ACCOUNT, labels=labels),
+                               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                           "name": ACCOUNT}, "subjects": subject},
+        "role": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                 "metadata": objects.metadata(ACCOUNT, namespace=namespace, labels=labels),
+                 "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "get", "list", "watch"]}]},
+        "rolebinding": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                        "metadata": objects.metadata(ACCOUNT, namespace=namespace, labels=labels),
+                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ACCOUNT},
+                        "subjects": subject},
+    }
+
+
+def _env(resolved: ResolvedPolicy) -> list[Obj]:
+    plugin = resolved.spec.device_plugin
+    field = {"valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}}
+    values = {
+        "CONFIG_FILE": f"{CONFIG_DIR}/config.yaml",
+        # The tree's plugin and GFD pods live here and carry the app labels it waits for.
+        "DEFAULT_GPU_CLIENTS_NAMESPACE": plugin.namespace,
+        "GPU_CLIENTS_FILE": f"{CLIENTS_DIR}/{CLIENTS_KEY}",
+        "HOST_KUBELET_SYSTEMD_SERVICE": "kubelet.service",
+        "HOST_MIG_MANAGER_STATE_FILE": "/etc/systemd/system/nvidia-mig-manager.service.d/override.conf",
+        "HOST_NVIDIA_DIR": "/usr/local/nvidia",
+        "HOST_ROOT_MOUNT": "/host",
+        # Standalone trees run on a driver installed on the host: stop its host clients around a change.
+        "WITH_SHUTDOWN_HOST_GPU_CLIENTS": "true",
+        "WITH_REBOOT": "true" if plugin.mig_manager.with_reboot else "false",
+    }
+    return [{"name": "NODE_NAME", **field}, *({"name": k, "value": v} for k, v in sorted(values.items()))]
+
+
+def _daemon_set(resolved: ResolvedPolicy, node_class: ResolvedClass, image: str, mig_configmap: str,
+                clients_configmap: str) -> Obj:
+    plugin = resolved.spec.device_plugin
+    container = {
+        "name": "nvidia-mig-manager",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": sorted(_env(resolved), key=lambda e: e["name"]),
+        "resources": {"limits": {"memory": "256Mi"}, "requests": {"cpu": "50m", "memory": "64Mi"}},
+        # Privileged with the host's root: it runs nvidia-mig-parted chrooted on the host and stops systemd
+        # services over the host's D-Bus (mig-parted cmd/nvidia-mig-manager/main.go).
+        "securityContext": {"privileged": True},
+        "volumeMounts": [
+            {"name": "host-root", "mountPath": "/host", "mountPropagation": "HostToContainer"},
+            {"name": "host-sys", "mountPath": "/sys"},
+            {"name": "gpu-clients", "mountPath": CLIENTS_DIR, "readOnly": True},
+            {"name": "mig-parted-config", "mountPath": CONFIG_DIR, "readOnly": True},
+        ],
+    }
+    pod_spec = {
+        "serviceAccountName": ACCOUNT,
+        "hostPID": True,
+        "hostIPC": True,
+        "containers": [container],
+        # Its own node selector only: it must never select on a label it pauses (gpu.deploy.*).
+        "nodeSelector": dict(node_class.node_selector),
+        "priorityClassName": plugin.priority_class_name,
+        "tolerations": [t.model_dump(exclude_none=True) for t in plugin.tolerations],
+        "volumes": [
+            objects.host_path_volume("host-root", "/", "Directory"),
+            objects.host_path_volume("host-sys", "/sys", "Directory"),
+            {"name": "gpu-clients", "configMap": {"name": clients_configmap}},
+            {"name": "mig-parted-config", "configMap": {"name": mig_configmap}},
+        ],
+    }
+    return objects.daemon_set(
+        f"{APP}-{node_class.name}", namespace=plugin.namespace, labels=_labels(resolved),
+        selector=objects.selector_labels(APP, node_class.name), pod_spec=pod_spec,
+        template_labels={"app": APP},
+    )
