@@ -4,6 +4,8 @@ from __future__ import annotations
 
 #: The GPU Operator's config-manager picks a node's device-plugin config by this label (device-plugin.md §4, §7).
 DEVICE_PLUGIN_CONFIG = "nvidia.com/device-plugin.config"
+#: The GPU Operator runs its device plugin on a node unless this is "false" (its per-node deploy labels).
+DEVICE_PLUGIN_DEPLOY = "nvidia.com/gpu.deploy.device-plugin"
 #: mig-manager applies the mig-parted config this label names (mig.md §5).
 MIG_CONFIG = "nvidia.com/mig.config"
 #: mig-manager reports its progress here: pending, rebooting, success or failed (mig.md §5).
