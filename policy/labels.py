@@ -4,8 +4,6 @@ from __future__ import annotations
 
 #: The GPU Operator's config-manager picks a node's device-plugin config by this label (device-plugin.md §4, §7).
 DEVICE_PLUGIN_CONFIG = "nvidia.com/device-plugin.config"
-#: The GPU Operator runs its device plugin on a node unless this is "false" (its per-node deploy labels).
-DEVICE_PLUGIN_DEPLOY = "nvidia.com/gpu.deploy.device-plugin"
 #: mig-manager applies the mig-parted config this label names (mig.md §5).
 MIG_CONFIG = "nvidia.com/mig.config"
 #: mig-manager reports its progress here: pending, rebooting, success or failed (mig.md §5).
@@ -32,6 +30,8 @@ GFD_MUTABLE = (
 #: (mig-parted pkg/mig/reconfigure; mig.md §5). A client must leave the node while it holds this value.
 GPU_DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
 PAUSED_FOR_MIG_CHANGE = "paused-for-mig-change"
+#: The GPU Operator runs its device plugin on a node unless this is "false" (its per-node deploy labels).
+DEVICE_PLUGIN_DEPLOY = f"{GPU_DEPLOY_PREFIX}device-plugin"
 #: nvidia.com/mig.config.state once the MIG manager applied (or found applied) the selected config.
 MIG_STATE_SUCCESS = "success"
 #: Driver version labels of GFD: the plugin-repo GFD (v0.15+) writes the full string, every GFD the parts.
