@@ -7,10 +7,13 @@ never mutates them. tests/webhook/test_hami_https.py sends the same kinds of rev
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from policy.engine import Decision, Engine
 from policy.hami_rules import HamiAdmission
@@ -334,3 +337,28 @@ def test_the_vgpu_platform_example_gives_vgpu_to_its_platform_tenants_only() -> 
     e = engine(text)
     assert e.evaluate(deployment(container(gpumem=8000)), tenants=("batch",)).allowed
     assert not e.evaluate(deployment(container(gpumem=8000)), tenants=("prod",)).allowed
+
+
+HAMI_KEYS = ["nvidia.com/gpu", "nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores",
+             "nvidia.com/priority", "schedulerName", "nodeName", "annotations", "metadata", "securityContext",
+             "privileged", "nvidia.com/use-gputype", "nvidia.com/vgpu-mode", "hami.io/gpu-scheduler-policy"]
+ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**12) | st.text(max_size=8)
+    | st.sampled_from(["hami-scheduler", "default-scheduler", "8Gi", "1.5", "-1", "A100", "mig", "binpack"]),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(
+        st.sampled_from([*HAMI_KEYS, "containers", "initContainers", "resources", "limits", "requests", "name",
+                         "spec", "template"]), children, max_size=5),
+    max_leaves=25)
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=ANY_JSON, tenants=st.sampled_from([(), PLATFORM, ("dev",), ("nobody",)]),
+       kind=st.sampled_from(["Pod", "Deployment"]))
+def test_any_json_shaped_like_a_vgpu_pod_gets_a_decision(body: Any, tenants: tuple[str, ...], kind: str) -> None:
+    e = _ENGINE()
+    spec = body if kind == "Pod" else {"template": {"spec": body, "metadata": body}}
+    obj = {"apiVersion": "v1" if kind == "Pod" else "apps/v1", "kind": kind, "metadata": body, "spec": spec}
+    assert isinstance(e.evaluate(obj, tenants=tenants), Decision)
+
+
+_ENGINE = functools.cache(engine)
