@@ -454,10 +454,13 @@ def render_draft(draft: Draft, *, schema: str = DEFAULT_SCHEMA) -> str:
 
 def _header(draft: Draft) -> list[str]:
     gpu_nodes = sum(len(c.nodes) for c in draft.classes)
+    source, grouping = "GPU Feature Discovery labels", "GPU model, count, memory, MIG capability and instance type"
+    if draft.hami is not None:
+        source += " or HAMi's registration"
+        grouping = "GPU model, count, memory, MIG capability, instance type and HAMi's split"
     lines = [
         f"# Drafted by `gpupolicy cluster discover` from context {draft.context} ({draft.server}): {draft.nodes} "
-        f"nodes, {gpu_nodes} with GPU Feature Discovery labels, grouped by GPU model, count, memory, MIG "
-        "capability and instance type into one class each.",
+        f"nodes, {gpu_nodes} with {source}, grouped by {grouping} into one class each.",
         f"# TODO({ISSUE}): decide each class's sharing (placeholder: exclusive), then run `gpupolicy validate` "
         "and `gpupolicy compile`.",
     ]
