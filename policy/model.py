@@ -337,6 +337,17 @@ class Sizing(Model):
     """Memory kept free per GPU: a percentage of the total (10%) or a quantity (2Gi)."""
 
 
+def _count_or_sizing(count: int | None, sizing_: Sizing | None, field: str) -> None:
+    """A shared class gives its replicas (or vGPUs) per GPU, or sizing to derive them, never both or neither."""
+    if (count is None) == (sizing_ is None):
+        raise PydanticCustomError(
+            "replicas-or-sizing",
+            "give exactly one of {field} or sizing (got {got})",
+            {"field": field, "got": "both" if count is not None else "neither",
+             "hint": f"write {field}: N, or sizing: {{memoryPerReplica: ..., reserve: ...}}"},
+        )
+
+
 class ReplicatedSharing(Model):
     """Shared replicas per GPU: give replicas, or let sizing derive them from memory."""
 
@@ -351,12 +362,7 @@ class ReplicatedSharing(Model):
 
     @model_validator(mode="after")
     def _replicas_or_sizing(self) -> ReplicatedSharing:
-        if (self.replicas is None) == (self.sizing is None):
-            raise PydanticCustomError(
-                "replicas-or-sizing",
-                "give exactly one of replicas or sizing (got {got})",
-                {"got": "both" if self.replicas is not None else "neither"},
-            )
+        _count_or_sizing(self.replicas, self.sizing, "replicas")
         return self
 
 
@@ -386,12 +392,7 @@ class Vgpu(Model):
 
     @model_validator(mode="after")
     def _split_count_or_sizing(self) -> Vgpu:
-        if (self.split_count is None) == (self.sizing is None):
-            raise PydanticCustomError(
-                "replicas-or-sizing",
-                "give exactly one of splitCount or sizing (got {got})",
-                {"got": "both" if self.split_count is not None else "neither"},
-            )
+        _count_or_sizing(self.split_count, self.sizing, "splitCount")
         return self
 
 
