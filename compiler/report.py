@@ -368,6 +368,10 @@ def _hami_notes(resolved: ResolvedPolicy) -> list[str]:
         f"{hami.CHART_REPOSITORY}). Apply the tree after the chart, so no node runs HAMi's chart plugin and a "
         "class's plugin at once.",
     ]
+    if settings.namespace != "kube-system":
+        notes.append(f"The tree creates no Namespace: {settings.namespace} must exist and admit privileged pods "
+                     "(pod-security.kubernetes.io/enforce: privileged), since HAMi's device plugin runs privileged "
+                     "and mounts host paths.")
     if scope.scoped:
         notes.append(
             f"HAMi's count resource {settings.resource_names.count} is also what the NVIDIA-plugin classes offer, so "
