@@ -34,7 +34,7 @@ class Expected:
     daemonsets: tuple[ExpectedDaemonSet, ...]
     configmaps: tuple[ConfigMap, ...]
     hami_device_config: str | None = None
-    """The device-config.yaml HAMi's scheduler must run with (the tree's helm/hami-values.yaml), if vgpu is used."""
+    """The device-config.yaml HAMi's scheduler must run with (the tree's hami-values.yaml), if vgpu is used."""
 
     @property
     def namespaces(self) -> tuple[str, ...]:

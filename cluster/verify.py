@@ -12,6 +12,7 @@ import yaml
 from cluster import facts
 from cluster.expected import Expected, ExpectedDaemonSet
 from cluster.resources import DaemonSet, Deployment, Event, Node, Pod, ReplicaSet, Snapshot
+from compiler.targets.hami import VALUES_PATH
 from policy import catalog, cloud_vgpu, hami, labels, offers, selectors
 from policy.engine import Engine
 from policy.model import ClusterGPUPolicy
@@ -492,7 +493,7 @@ def _hami_scheduler(view: _View) -> Iterator[Finding]:
     live = next((cm for cm in view.snapshot.configmaps
                  if (cm.namespace, cm.name) == (settings.namespace, name)), None)
     install = (f"helm upgrade --install {settings.release_name} hami-charts/hami --version {settings.chart_version} "
-               f"--namespace {settings.namespace} -f helm/hami-values.yaml")
+               f"--namespace {settings.namespace} -f {VALUES_PATH}")
     if live is None:
         yield Finding("hami-scheduler-not-installed",
                       f"ConfigMap {settings.namespace}/{name} does not exist: HAMi's scheduler is not installed (or "
@@ -500,7 +501,7 @@ def _hami_scheduler(view: _View) -> Iterator[Finding]:
                       subject=f"configmap/{settings.namespace}/{name}")
     elif _yaml(live.data.get("device-config.yaml", "")) != _yaml(want):
         yield Finding("hami-scheduler-config-drift",
-                      f"HAMi's scheduler runs with another device-config.yaml than helm/hami-values.yaml gives "
+                      f"HAMi's scheduler runs with another device-config.yaml than {VALUES_PATH} gives "
                       f"(ConfigMap {settings.namespace}/{name}): its resource names or defaults may disagree with "
                       "the vgpu classes' device plugins", f"upgrade the release with the tree's values: {install}; "
                       "the scheduler reads the file at start, so its pods restart with it",
@@ -642,7 +643,7 @@ def _unmanaged(view: _View, extra: set[tuple[str, str]]) -> Iterator[Finding]:
             continue  # the GPU Operator's own plugin is the one the policy configures
         if facts.is_hami_plugin(ds):
             what, fix = "HAMi's device plugin", ("switch HAMi's chart plugin off: upgrade the release with the tree's "
-                                                 "helm/hami-values.yaml (devicePlugin.enabled: false)")
+                                                 f"{VALUES_PATH} (devicePlugin.enabled: false)")
         else:
             what, fix = "an NVIDIA device plugin", (f"once the tree's DaemonSets run, delete it (kubectl -n "
                                                     f"{ds.namespace} delete daemonset {ds.name}) or narrow its "

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler.targets import gpu_operator
+from compiler.targets import hami as hami_target
 from policy import advice, checks, hami, labels
 from policy.diagnostics import format_path
 from policy.hami_scope import hami_scope
@@ -250,11 +251,9 @@ def _slots(offer: Offer, nodes: int | None, gpu_memory_mib: int) -> Slots:
     if offer.isolation == "mig-hardware":
         # Time-sliced MIG instances share the instance's memory among their replicas, with no limit.
         share = offer.memory_mib // offer.replicas
-        return Slots(offer.resource, offer.per_node, total, share, offer.replicas == 1, offer.memory_mib,
+        return Slots(offer.resource, offer.per_node, total, share, offer.memory_enforced, offer.memory_mib,
                      _isolation(offer), offer.replicas, offer.devices_per_node, offer.memory_estimated)
-    # MPS pins a device-memory limit; HAMi-core enforces each vGPU's gpumem in software.
-    enforced = offer.isolation in ("exclusive", "mps-memory-limit", "hami-core")
-    return Slots(offer.resource, offer.per_node, total, offer.memory_mib, enforced, gpu_memory_mib,
+    return Slots(offer.resource, offer.per_node, total, offer.memory_mib, offer.memory_enforced, gpu_memory_mib,
                  _isolation(offer), offer.replicas, offer.devices_per_node)
 
 
@@ -362,9 +361,9 @@ def _hami_notes(resolved: ResolvedPolicy) -> list[str]:
     scope = hami_scope(resolved)
     notes = [
         f"vgpu classes run HAMi {settings.version}: the tree's hami/ holds one HAMi device-plugin DaemonSet per "
-        f"vgpu class, and helm/hami-values.yaml the values for HAMi's chart, which installs its scheduler and "
+        f"vgpu class, and {hami_target.VALUES_PATH} the values for HAMi's chart, which installs its scheduler and "
         f"webhook with its own device plugin off: helm upgrade --install {settings.release_name} hami-charts/hami "
-        f"--version {settings.chart_version} --namespace {settings.namespace} -f helm/hami-values.yaml (repository "
+        f"--version {settings.chart_version} --namespace {settings.namespace} -f {hami_target.VALUES_PATH} (repository "
         f"{hami.CHART_REPOSITORY}). Apply the tree after the chart, so no node runs HAMi's chart plugin and a "
         "class's plugin at once.",
     ]

@@ -48,6 +48,13 @@ class Offer:
     def shared(self) -> bool:
         return self.replicas > 1
 
+    @property
+    def memory_enforced(self) -> bool:
+        """Whether something holds a slot to its memory: a whole device, the MPS daemon's or HAMi-core's limit,
+        or an unshared MIG instance (time-sliced replicas share theirs unchecked)."""
+        return self.isolation in ("exclusive", "mps-memory-limit", "hami-core") or (
+            self.isolation == "mig-hardware" and self.replicas == 1)
+
     def describe(self) -> str:
         """``1 GPU x 8 time-slicing replicas``: the offer per node, in words."""
         return describe_offer(self.devices_per_node, self.replicas, self.modes, self.mig_profile)

@@ -11,7 +11,7 @@ plugin-side keys: the resource names and every other scheduler-side key are writ
 
 Why HAMi's chart for the rest. The scheduler (a kube-scheduler matching the cluster's version, the extender, the
 webhook and its certificates) is HAMi's supported install and nothing in it is per class. gpupolicy writes a
-values file for that chart (``helm/hami-values.yaml``): HAMi's own device plugin off (it would run one config on
+values file for that chart (``hami-values.yaml``): HAMi's own device plugin off (it would run one config on
 every GPU node), the resource names, the scheduler name, the scheduler's device-config and, in mixed fleets, the
 webhook's namespaceSelector (policy.hami_scope). `compile --check` covers that file like every other.
 
@@ -36,7 +36,8 @@ ACCOUNT = "gpupolicy-hami-device-plugin"
 CONFIG_DIR = "/config"  # the plugin reads config.json from /config/config.json (plugin/server.go ConfigFilePath)
 DEVICE_CONFIG_KEY = "device-config.yaml"
 NODE_CONFIG_KEY = "config.json"
-VALUES_PATH = "helm/hami-values.yaml"
+#: Helm values for HAMi's release, at the top of the tree beside gpu-operator-values.yaml: not a Kubernetes object.
+VALUES_PATH = "hami-values.yaml"
 HOOK_PATH = "/usr/local"  # charts/hami values global.gpuHookPath: HAMi-core's library lands in <hook>/vgpu
 LIB_PATH = f"{HOOK_PATH}/vgpu"
 MONITOR_PORT = 9394  # vGPUmonitor's metrics (charts/hami daemonsetnvidia.yaml)
@@ -265,7 +266,7 @@ def _daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, config_map:
     )
 
 
-# ----------------------------------------------------------------------- helm/hami-values.yaml
+# ----------------------------------------------------------------------- hami-values.yaml
 
 
 def render_values(resolved: ResolvedPolicy) -> Obj:
@@ -308,7 +309,7 @@ def values_header(settings: Hami) -> str:
         "# scheduler, its extender and its webhook. HAMi's own device plugin is off; the hami/ DaemonSets of this\n"
         "# tree run it per node class. Install or upgrade (with your own values, if any, in an earlier -f):\n"
         f"#   helm upgrade --install {settings.release_name} hami-charts/hami --version {settings.chart_version} "
-        f"--namespace {settings.namespace} -f helm/hami-values.yaml\n"
+        f"--namespace {settings.namespace} -f hami-values.yaml\n"
     )
 
 
