@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 
 from cli.main import main as gpupolicy
 from compiler import compile_policy
-from compiler.targets import hami
+from compiler.targets import gpu_operator, hami
 from compiler.tree import Tree
 from policy.model import ClusterGPUPolicy
 
@@ -192,10 +192,19 @@ def test_changing_one_vgpu_class_leaves_the_others_objects_byte_identical(exampl
 
 def test_vgpu_classes_get_no_nvidia_device_plugin_and_hamis_chart_plugin_is_off(example_policy: Load) -> None:
     tree = compile_policy(example_policy("vgpu-platform"))
-    assert not [p for p in tree if p.startswith("device-plugin/") and "platform" in p]
+    assert not [p for p in tree if p.startswith("device-plugin/daemonset") and "platform" in p]
+    # GFD still labels the vgpu nodes, with a config that shares nothing: HAMi's sharing is not GFD's business.
+    gfd_config = yaml.safe_load(doc(tree, "device-plugin/configmap-platform-vgpu.yaml")["data"]["platform-vgpu"])
+    assert "sharing" not in gfd_config and gfd_config["flags"]["migStrategy"] == "none"
+    assert "feature-discovery/daemonset-platform-vgpu.yaml" in tree
     assert doc(tree, hami.VALUES_PATH)["devicePlugin"] == {"enabled": False}
-    assert sorted(doc(tree, "kustomization.yaml")["resources"]) == ["admission", "device-plugin", "hami", "mig"]
-    assert hami.VALUES_PATH not in doc(tree, "hami/kustomization.yaml")["resources"]
+    assert "hami" in doc(tree, "kustomization.yaml")["resources"]
+    assert hami.VALUES_PATH not in [f"hami/{r}" for r in doc(tree, "hami/kustomization.yaml")["resources"]]
+
+
+def test_without_gfd_a_vgpu_class_gets_no_nvidia_config_at_all(example_policy: Load) -> None:
+    tree = compile_policy(example_policy("vgpu-platform", ("gpuFeatureDiscovery: true", "gpuFeatureDiscovery: false")))
+    assert not [p for p in tree if p.startswith("device-plugin/") and "platform" in p]
 
 
 def test_under_the_operator_vgpu_classes_get_no_operator_config(example_policy: Load) -> None:
@@ -221,7 +230,11 @@ spec:
 
     tree = compile_policy(load_policy_or_raise(text, filename="only.yaml"))
     assert not [p for p in tree if p.startswith("device-plugin/")]
-    assert "devicePlugin" not in doc(tree, "gpu-operator/clusterpolicy.yaml")["spec"]
+    assert "devicePlugin" not in doc(tree, gpu_operator.VALUES_FILE)  # the operator's chart values (installer helm)
+    olm = compile_policy(load_policy_or_raise(text.replace("deploy: gpu-operator}", "deploy: gpu-operator, "
+                                                                                     "operator: {installer: olm}}"),
+                                              filename="olm.yaml"))
+    assert "devicePlugin" not in doc(olm, "gpu-operator/clusterpolicy.yaml")["spec"]
 
 
 # ---- the chart's values ------------------------------------------------------------------------------------------
