@@ -336,6 +336,7 @@ _LABEL_WHY = {
                                        "it the node gets the empty config (whole GPUs)",
     labels.MIG_CONFIG: "mig-manager applies the MIG layout this label names",
     labels.MPS_CAPABLE: "the MPS control daemon runs only on nodes labelled nvidia.com/mps.capable=true",
+    labels.DEVICE_PLUGIN_DEPLOY: "the GPU Operator runs its device plugin beside HAMi's unless it is false",
 }
 
 

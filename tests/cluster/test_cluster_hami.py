@@ -228,3 +228,14 @@ def test_discover_keeps_gfd_names_and_reads_hamis_split_beside_them() -> None:
 
 def test_configmap_records_are_compared_as_yaml() -> None:
     assert isinstance(configmap_from(scheduler_config()), ConfigMap)
+
+
+def test_under_the_operator_a_vgpu_node_with_the_operators_plugin_label_on_is_reported() -> None:
+    text = SPEC.read_text(encoding="utf-8").replace("deploy: standalone", "deploy: gpu-operator")
+    policy = load_policy_or_raise(text, filename="operator.yaml")
+    wanted = expected.from_tree(compile_policy(policy))
+    labelled = platform_node("p1")
+    labelled["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] = "true"
+    result = verify(snapshot([labelled], config=scheduler_config()), policy, wanted)
+    (finding,) = [f for f in result.findings if f.code == "node-label-missing"]
+    assert "nvidia.com/gpu.deploy.device-plugin=true, class platform-vgpu needs false" in finding.message
