@@ -64,9 +64,9 @@ def measure(engine: Engine, obj: dict[str, Any], tenants: tuple[str, ...], *, se
         engine.evaluate(obj, tenants=tenants)
     samples: list[int] = []
     clock = time.perf_counter_ns
-    deadline = clock() + int(seconds * 1e9)
     gc.collect()
-    while clock() < deadline:
+    deadline = clock() + int(seconds * 1e9)
+    while not samples or clock() < deadline:  # one batch at least, however slow the machine is
         for _ in range(20):
             start = clock()
             d = engine.evaluate(obj, tenants=tenants)

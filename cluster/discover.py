@@ -12,7 +12,7 @@ import yaml
 from cluster import ClusterError, facts
 from cluster.resources import DaemonSet, Node, Snapshot
 from compiler import serialize
-from policy import catalog, selectors
+from policy import catalog, cloud_vgpu, hami, selectors
 from policy.model import API_VERSION, KIND, PluginFlags
 
 DEFAULT_SCHEMA = "https://gpupolicy.dev/schemas/cluster-policy.schema.json"
@@ -38,14 +38,26 @@ class DiscoverError(ClusterError):
 
 
 @dataclass(frozen=True)
+class VgpuSeen:
+    """How HAMi's device plugin registered a node's GPUs (hami.io/node-nvidia-register)."""
+
+    split_count: int
+    memory_scaling: float
+    """devmem / physical memory, to two decimals (1.0 when the physical memory is unknown)."""
+    core_scaling: float
+
+
+@dataclass(frozen=True)
 class GroupKey:
-    """What makes two GPU nodes the same kind: GPU model, count, memory, MIG capability, instance type."""
+    """What makes two GPU nodes the same kind: GPU model, count, memory, MIG capability, instance type, and how
+    HAMi registered them, if it did."""
 
     model: str
     count: int
     memory_mib: int | None
     mig_capable: bool
     instance_type: str
+    vgpu: VgpuSeen | None = None
 
 
 @dataclass(frozen=True)
@@ -81,6 +93,15 @@ class DraftPlugin:
 
 
 @dataclass(frozen=True)
+class DraftHami:
+    """The HAMi install found: where its device plugin runs, and its release."""
+
+    namespace: str
+    version: str | None
+    source: str
+
+
+@dataclass(frozen=True)
 class Draft:
     name: str
     context: str
@@ -91,12 +112,15 @@ class Draft:
     classes: tuple[DraftClass, ...]
     skipped: tuple[str, ...]
     """GPU nodes left out, with why."""
+    hami: DraftHami | None = None
 
 
 def discover(snapshot: Snapshot, *, name: str) -> Draft:
-    """Group the GPU nodes and draft one class per group; raises DiscoverError when no node has GFD labels."""
-    gpu_nodes = [n for n in snapshot.nodes if facts.is_gpu_node(n)]
-    labelled = [n for n in gpu_nodes if facts.PRODUCT in n.labels]
+    """Group the GPU nodes and draft one class per group; raises DiscoverError when no node has GFD labels (or,
+    on HAMi nodes, HAMi's registration, which names the GPUs as well)."""
+    cloud = {n.name: p for n in snapshot.nodes if (p := cloud_vgpu.product_of_node(n.labels, n.capacity))}
+    gpu_nodes = [n for n in snapshot.nodes if facts.is_gpu_node(n) and n.name not in cloud]
+    labelled = [n for n in gpu_nodes if facts.PRODUCT in n.labels or hami.registered_on(n.annotations)]
     if not labelled:
         raise DiscoverError(
             f"{'none of the ' + str(len(gpu_nodes)) if gpu_nodes else 'none of the'} GPU nodes carries GPU Feature "
@@ -108,8 +132,10 @@ def discover(snapshot: Snapshot, *, name: str) -> Draft:
     classes = tuple(DraftClass(name_, key, tuple(nodes), sel, notes, _lookup(key.model))
                     for (name_, key, nodes), (sel, notes) in zip(_named(groups), selected, strict=True))
     skipped = tuple(f"{n.name}: GPUs without GFD labels" for n in gpu_nodes if n not in labelled)
+    skipped += tuple(f"{node}: a {p.name} node, configured by {p.managed_by}; gpupolicy does not configure it"
+                     for node, p in sorted(cloud.items()))
     return Draft(name, snapshot.context, snapshot.server, len(snapshot.nodes), _kubernetes_version(snapshot.nodes),
-                 _plugin(snapshot.daemonsets), classes, skipped)
+                 _plugin(snapshot.daemonsets), classes, skipped, _hami(snapshot.daemonsets))
 
 
 def _lookup(model: str) -> catalog.GpuModel | None:
@@ -120,16 +146,42 @@ def _lookup(model: str) -> catalog.GpuModel | None:
 
 
 def group_key(node: Node) -> GroupKey:
+    registered = hami.registered_on(node.annotations)
+    if facts.PRODUCT not in node.labels:
+        assert registered, "discover groups only nodes with GFD labels or HAMi's registration"
+        return _hami_key(node, registered)
     product = facts.parse_product(node.labels[facts.PRODUCT])
     # Under MIG single, gpu.count counts MIG devices and gpu.memory is one device's: neither describes the GPU.
     mig_single = product.mig_profile is not None
+    memory = None if mig_single else facts.memory_mib(node.labels)
     return GroupKey(
         model=product.model,
         count=facts.label_int(node.labels, facts.COUNT) or 1,
-        memory_mib=None if mig_single else facts.memory_mib(node.labels),
+        memory_mib=memory,
         mig_capable=node.labels.get(facts.MIG_CAPABLE) == "true" or mig_single,
         instance_type=node.labels.get(facts.INSTANCE_TYPE, ""),
+        vgpu=_vgpu_seen(registered, memory or _catalog_memory(product.model)) if registered else None,
     )
+
+
+def _hami_key(node: Node, registered: tuple[hami.RegisteredGpu, ...]) -> GroupKey:
+    """A HAMi node without GFD: its GPUs as HAMi registered them (type = NVML name, spaces where GFD has dashes)."""
+    model = registered[0].type.replace(" ", "-")
+    memory = _catalog_memory(model)
+    return GroupKey(model=model, count=len(registered), memory_mib=None if memory else registered[0].devmem,
+                    mig_capable=False, instance_type=node.labels.get(facts.INSTANCE_TYPE, ""),
+                    vgpu=_vgpu_seen(registered, memory))
+
+
+def _catalog_memory(model: str) -> int | None:
+    found = _lookup(model)
+    return found.memory_mib if found else None
+
+
+def _vgpu_seen(registered: tuple[hami.RegisteredGpu, ...], physical: int | None) -> VgpuSeen:
+    first = registered[0]
+    scaling = round(first.devmem / physical, 2) if physical else 1.0
+    return VgpuSeen(first.count, scaling, round(first.devcore / 100, 2))
 
 
 def _groups(nodes: Iterable[Node]) -> dict[GroupKey, list[Node]]:
@@ -262,8 +314,18 @@ def _stray(selector: Mapping[str, str], others: list[Node]) -> list[Node]:
 # --- the device plugin that runs now ---------------------------------------------------------------------------
 
 
+def _hami(daemonsets: Iterable[DaemonSet]) -> DraftHami | None:
+    found = sorted((ds for ds in daemonsets if facts.is_hami_plugin(ds)), key=lambda ds: (-ds.desired, ds.key))
+    if not found:
+        return None
+    ds = found[0]
+    tag = next((facts.image_version(c.image) for c in ds.containers if facts.runs_device_plugin(c)), None)
+    return DraftHami(ds.namespace, tag if tag and _VERSION.match(tag) else None, f"from DaemonSet {ds.key}")
+
+
 def _plugin(daemonsets: Iterable[DaemonSet]) -> DraftPlugin:
-    plugins = sorted((ds for ds in daemonsets if facts.is_device_plugin(ds)), key=lambda ds: (-ds.desired, ds.key))
+    plugins = sorted((ds for ds in daemonsets if facts.is_device_plugin(ds) and not facts.is_hami_plugin(ds)),
+                     key=lambda ds: (-ds.desired, ds.key))
     if not plugins:
         return DraftPlugin(source="no NVIDIA device plugin DaemonSet found: the spec's defaults apply")
     ds = plugins[0]
@@ -314,6 +376,9 @@ def draft_data(draft: Draft) -> dict[str, Any]:
     if draft.kubernetes_version:
         spec["kubernetesVersion"] = draft.kubernetes_version
     spec["devicePlugin"] = _plugin_data(draft.plugin)
+    if draft.hami is not None:
+        spec["hami"] = {"namespace": draft.hami.namespace, **({"version": draft.hami.version}
+                                                               if draft.hami.version else {})}
     spec["nodeClasses"] = [_class_data(c) for c in draft.classes]
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": draft.name}, "spec": spec}
 
@@ -347,8 +412,20 @@ def _class_data(draft: DraftClass) -> dict[str, Any]:
         "nodeSelector": {k: v or draft.name for k, v in draft.node_selector.items()},
         "nodes": len(draft.nodes),
         "gpu": gpu,
-        "sharing": "exclusive",
+        "sharing": _sharing_data(draft.key.vgpu),
     }
+
+
+def _sharing_data(seen: VgpuSeen | None) -> Any:
+    """exclusive as the placeholder to decide on; what HAMi registers where it already runs."""
+    if seen is None:
+        return "exclusive"
+    vgpu: dict[str, Any] = {"splitCount": seen.split_count}
+    if seen.memory_scaling != 1:
+        vgpu["memoryScaling"] = seen.memory_scaling
+    if seen.core_scaling != 1:
+        vgpu["coreScaling"] = seen.core_scaling
+    return {"vgpu": vgpu}
 
 
 def _description(draft: DraftClass) -> str:
@@ -367,6 +444,8 @@ def render_draft(draft: Draft, *, schema: str = DEFAULT_SCHEMA) -> str:
     if "kubernetesVersion" in spec:
         lines.append(f"  kubernetesVersion: {_scalar(spec['kubernetesVersion'])}  # the oldest kubelet among the nodes")
     lines += _block("devicePlugin", spec["devicePlugin"], 1, draft.plugin.source)
+    if draft.hami is not None:
+        lines += _block("hami", spec["hami"], 1, f"HAMi {draft.hami.source}")
     lines.append("  nodeClasses:")
     for draft_class, class_data in zip(draft.classes, spec["nodeClasses"], strict=True):
         lines += _class_lines(draft_class, class_data)
@@ -375,10 +454,13 @@ def render_draft(draft: Draft, *, schema: str = DEFAULT_SCHEMA) -> str:
 
 def _header(draft: Draft) -> list[str]:
     gpu_nodes = sum(len(c.nodes) for c in draft.classes)
+    source, grouping = "GPU Feature Discovery labels", "GPU model, count, memory, MIG capability and instance type"
+    if draft.hami is not None:
+        source += " or HAMi's registration"
+        grouping = "GPU model, count, memory, MIG capability, instance type and HAMi's split"
     lines = [
         f"# Drafted by `gpupolicy cluster discover` from context {draft.context} ({draft.server}): {draft.nodes} "
-        f"nodes, {gpu_nodes} with GPU Feature Discovery labels, grouped by GPU model, count, memory, MIG "
-        "capability and instance type into one class each.",
+        f"nodes, {gpu_nodes} with {source}, grouped by {grouping} into one class each.",
         f"# TODO({ISSUE}): decide each class's sharing (placeholder: exclusive), then run `gpupolicy validate` "
         "and `gpupolicy compile`.",
     ]
@@ -418,7 +500,7 @@ def _class_lines(draft: DraftClass, data: dict[str, Any]) -> list[str]:
     if "driverVersion" in data["gpu"]:
         lines.append(f"{pad}  driverVersion: {_scalar(data['gpu']['driverVersion'])}  # GFD's cuda.driver labels")
     lines += _wrap([f"{pad}# {c}" for c in _sharing_comments(draft)])
-    lines.append(f"{pad}sharing: {data['sharing']}")
+    lines.append(f"{pad}sharing: {_flow(data['sharing'])}")
     return lines
 
 
@@ -426,8 +508,8 @@ def _class_comments(draft: DraftClass) -> list[str]:
     names = ", ".join(n.name for n in draft.nodes[:5]) + (", ..." if len(draft.nodes) > 5 else "")
     memory = f", {draft.key.memory_mib} MiB each" if draft.key.memory_mib else ""
     out = [f"{len(draft.nodes)} node(s) with {draft.key.count}x {draft.key.model}{memory}: {names}"]
-    seen = (_seen(draft.nodes, key, name) for key, name in _SEEN_LABELS)
-    out.append("GFD today: " + ", ".join(s for s in seen if s))
+    seen = [text for key, name in _SEEN_LABELS if (text := _seen(draft.nodes, key, name))]
+    out.append("GFD today: " + ", ".join(seen) if seen else "no GFD labels: the GPUs are as HAMi registered them")
     if draft.gpu is None:
         out.append("not in the catalog: gpu.memory is stated so sizing works; MIG and MPS limits are unknown")
     return out
@@ -443,13 +525,26 @@ def _seen(nodes: Iterable[Node], key: str, name: str) -> str:
 
 
 def _count_note(draft: DraftClass) -> str:
-    seen = {facts.parse_product(n.labels[facts.PRODUCT]).mig_profile for n in draft.nodes}
+    seen = {facts.parse_product(n.labels[facts.PRODUCT]).mig_profile
+            for n in draft.nodes if facts.PRODUCT in n.labels}
     if seen - {None}:
         return f"  # TODO({ISSUE}): MIG single counts MIG devices here; set the physical GPUs per node"
     return ""
 
 
+def _flow(value: Any) -> str:
+    """A scalar, or a mapping in flow style on one line ({vgpu: {splitCount: 10}})."""
+    if not isinstance(value, Mapping):
+        return _scalar(value)
+    return "{" + ", ".join(f"{_scalar(k)}: {_flow(v)}" for k, v in value.items()) + "}"
+
+
 def _sharing_comments(draft: DraftClass) -> list[str]:
+    seen = draft.key.vgpu
+    if seen is not None:
+        return [f"HAMi runs here: its device plugin registers each GPU as {seen.split_count} vGPUs (memory x "
+                f"{seen.memory_scaling:g}, cores x {seen.core_scaling:g}); kept as vgpu so compiling changes nothing "
+                "but the owner of the DaemonSet."]
     choices = ["timeSlicing: {replicas: N} or {sizing: {memoryPerReplica: <measured memory of one process>, "
                "reserve: 10%}}", "mps: {replicas: N} (device plugin v0.15+, memory limit per client)"]
     model = draft.gpu

@@ -10,9 +10,10 @@ import yaml
 from cluster import facts
 from cluster.resources import ConfigMap, DaemonSet, configmap_from, daemonset_from
 from compiler.objects import NODE_CLASS_LABEL
+from compiler.targets.hami import VALUES_PATH
 
 # Components of the tree whose objects live on GPU nodes; admission/ is the webhook's business, not a node's.
-_NODE_COMPONENTS = ("device-plugin/", "mig/")
+_NODE_COMPONENTS = ("device-plugin/", "hami/", "mig/")
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class ExpectedDaemonSet:
 class Expected:
     daemonsets: tuple[ExpectedDaemonSet, ...]
     configmaps: tuple[ConfigMap, ...]
+    hami_device_config: str | None = None
+    """The device-config.yaml HAMi's scheduler must run with (the tree's hami-values.yaml), if vgpu is used."""
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -55,4 +58,12 @@ def from_tree(tree: Mapping[str, bytes]) -> Expected:
             daemonsets.append(ExpectedDaemonSet(node_class, parsed))
         elif obj.get("kind") == "ConfigMap":
             configmaps.append(configmap_from(obj))
-    return Expected(tuple(daemonsets), tuple(configmaps))
+    return Expected(tuple(daemonsets), tuple(configmaps), _hami_device_config(tree))
+
+
+def _hami_device_config(tree: Mapping[str, bytes]) -> str | None:
+    if VALUES_PATH not in tree:
+        return None
+    values = yaml.safe_load(tree[VALUES_PATH])
+    content = (values.get("device-config") or {}).get("content") if isinstance(values, Mapping) else None
+    return content if isinstance(content, str) else None

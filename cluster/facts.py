@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cluster.resources import NVIDIA_PREFIX, Container, DaemonSet, Node, Pod
+from policy import hami
 from policy.labels import DRIVER_VERSION_FULL, DRIVER_VERSION_PARTS
 from policy.labels import MIG_CONFIG_STATE as MIG_CONFIG_STATE
 
@@ -94,6 +95,19 @@ def runs_device_plugin(container: Container) -> bool:
 
 def is_device_plugin(daemonset: DaemonSet) -> bool:
     return any(runs_device_plugin(c) for c in daemonset.containers)
+
+
+def is_hami_plugin(daemonset: DaemonSet) -> bool:
+    """A device plugin from HAMi's image (its chart's DaemonSet, or one gpupolicy wrote for a vgpu class)."""
+    return is_device_plugin(daemonset) and any(image_repository(c.image).endswith(hami.IMAGE_NAME)
+                                               for c in daemonset.containers)
+
+
+def image_repository(image: str) -> str:
+    """An image reference without its tag or digest: ``docker.io/projecthami/hami:v2.10.0`` -> ``.../hami``."""
+    name = image.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]
 
 
 def image_version(image: str) -> str | None:

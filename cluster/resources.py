@@ -43,6 +43,8 @@ class Node:
     unschedulable: bool = False
     ready: bool = True
     kubelet_version: str = ""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """What node agents report beside labels (HAMi's device plugin registers its GPUs here)."""
 
 
 @dataclass(frozen=True)
@@ -255,6 +257,7 @@ def node_from(obj: Json) -> Node:
         # A node whose status lists no conditions (a trimmed fixture) is taken as ready, not as broken.
         ready=_condition_true(conditions, "Ready") if conditions else True,
         kubelet_version=str((status.get("nodeInfo") or {}).get("kubeletVersion", "")),
+        annotations=_strings(meta.get("annotations")),
     )
 
 

@@ -7,10 +7,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+import yaml
+
 from cluster import facts
 from cluster.expected import Expected, ExpectedDaemonSet
 from cluster.resources import DaemonSet, Deployment, Event, Node, Pod, ReplicaSet, Snapshot
-from policy import catalog, labels, offers, selectors
+from compiler.targets.hami import VALUES_PATH
+from policy import catalog, cloud_vgpu, hami, labels, offers, selectors
 from policy.engine import Engine
 from policy.model import ClusterGPUPolicy
 from policy.resolve import Offer, ResolvedClass, resolve
@@ -19,7 +22,8 @@ from policy.workloads import find_workload, read_gpu_request, read_placement
 
 Severity = Literal["error", "warning", "info"]
 # Rules whose denial means the scheduler can never place the pod (the others deny for kubelet or tenant reasons).
-_UNSCHEDULABLE_RULES = frozenset({"gpu-request-unsatisfiable", "mig-strategy-mismatch"})
+_UNSCHEDULABLE_RULES = frozenset({"gpu-request-unsatisfiable", "mig-strategy-mismatch", "vgpu-memory-unsatisfiable",
+                                  "vgpu-count-above-gpus", "hami-annotation-invalid"})
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _PLUGIN_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", MIG_RESOURCE_PREFIX)
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
@@ -133,6 +137,7 @@ def verify(snapshot: Snapshot, policy: ClusterGPUPolicy, expected: Expected) -> 
         *(f for c in view.classes for f in _class_findings(view, c)),
         *_daemonset_findings(view),
         *_double_plugins(view),
+        *_hami_scheduler(view),
         *_pending_pods(view),
     ]
     if not view.gfd_seen and any(facts.is_gpu_node(n) for n in snapshot.nodes):
@@ -174,7 +179,10 @@ def _no_gfd() -> Finding:
 def _membership(view: _View) -> Iterator[Finding]:
     for node in view.snapshot.nodes:
         names = view.matches[node.name]
-        if len(names) > 1:
+        product = cloud_vgpu.product_of_node(node.labels, node.capacity)
+        if product is not None:
+            yield _cloud_node(node, product, names)
+        elif len(names) > 1:
             yield Finding(
                 "node-in-several-classes",
                 f"node {node.name} is selected by classes {_and(names)}: each class's device plugin would "
@@ -193,6 +201,23 @@ def _membership(view: _View) -> Iterator[Finding]:
                 "`gpupolicy cluster discover` drafts one",
                 subject=f"node/{node.name}",
             )
+
+
+def _cloud_node(node: Node, product: cloud_vgpu.CloudVgpu, names: tuple[str, ...]) -> Finding:
+    """A node the cloud shares with its own vGPU: gpupolicy must not configure it, and does not count it."""
+    if names:
+        return Finding(
+            "cloud-vgpu-node-in-class",
+            f"node {node.name} is a {product.name} node, configured by {product.managed_by}, but class "
+            f"{_and(names)} selects it: the class's device plugin would register the GPUs beside the cloud's",
+            f"narrow the class's nodeSelector to leave the node out (this node has {_describe_labels(node)}); "
+            "gpupolicy does not configure cloud vGPU nodes",
+            node_class=names[0] if len(names) == 1 else "", subject=f"node/{node.name}")
+    return Finding(
+        "cloud-vgpu-node",
+        f"node {node.name} is a {product.name} node, configured by {product.managed_by}: gpupolicy leaves it "
+        "alone (no device plugin, no capacity count, no admission checks of its pods' cloud vGPU resources)",
+        "nothing to do; size and admit its pods with the cloud's own tools", "info", subject=f"node/{node.name}")
 
 
 def _describe_gpus(node: Node) -> str:
@@ -242,6 +267,8 @@ def _node_findings(view: _View, resolved: ResolvedClass, node: Node) -> Iterator
     yield from _allocatable(resolved, node, at)
     yield from _unexpected_resources(resolved, node, at)
     yield from _required_labels(view, resolved, node, at)
+    if resolved.vgpu is not None:
+        yield from _hami_registration(resolved, node, at)
     if facts.has_gfd_labels(node):
         yield from _gfd_labels(resolved, node, at)
         yield from _memory(resolved, node, at)
@@ -267,6 +294,11 @@ def _allocatable(resolved: ResolvedClass, node: Node, at: Mapping[str, str]) -> 
 
 
 def _allocatable_hint(resolved: ResolvedClass, offer: Offer, have: int, capacity: int) -> str:
+    if resolved.vgpu is not None and have == offer.devices_per_node:
+        return ("the node advertises whole GPUs: NVIDIA's device plugin serves it instead of HAMi's; keep only the "
+                f"tree's hami-device-plugin-{resolved.name} DaemonSet on it")
+    if resolved.vgpu is not None and have == 0:
+        return f"nothing advertises it: is the class's HAMi device plugin (hami-device-plugin-{resolved.name}) running?"
     if offer.mig_profile and have == 0:
         return ("no MIG device of this profile is advertised: check nvidia.com/mig.config.state and that the "
                 "device plugin runs with the class's MIG strategy")
@@ -304,6 +336,7 @@ _LABEL_WHY = {
                                        "it the node gets the empty config (whole GPUs)",
     labels.MIG_CONFIG: "mig-manager applies the MIG layout this label names",
     labels.MPS_CAPABLE: "the MPS control daemon runs only on nodes labelled nvidia.com/mps.capable=true",
+    labels.DEVICE_PLUGIN_DEPLOY: "the GPU Operator runs its device plugin beside HAMi's unless it is false",
 }
 
 
@@ -404,8 +437,83 @@ def _sharing_strategy(resolved: ResolvedClass, node: Node, at: Mapping[str, str]
     if resolved.mode == "mig":
         return
     offer = resolved.offers[0]
-    want = ("mps" if resolved.mode == "mps" else "time-slicing") if offer.shared else "none"
+    # HAMi shares without telling GFD, which labels the GPUs as unshared.
+    shared = offer.shared and resolved.vgpu is None
+    want = ("mps" if resolved.mode == "mps" else "time-slicing") if shared else "none"
     yield from _label(resolved, node, facts.SHARING_STRATEGY, want, at, only_if_present=True)
+
+
+def _hami_registration(resolved: ResolvedClass, node: Node, at: Mapping[str, str]) -> Iterator[Finding]:
+    """What HAMi's device plugin registered on the node (hami.io/node-nvidia-register) against the class: the
+    scheduler places vGPUs by these figures, not by the spec (pkg/device/nvidia/device.go GetNodeDevices)."""
+    vgpu = resolved.vgpu
+    assert vgpu is not None
+    plugin = f"hami-device-plugin-{resolved.name}"
+    gpus = hami.registered_on(node.annotations)
+    if gpus is None:
+        broken = hami.NODE_REGISTER in node.annotations
+        yield Finding("hami-node-not-registered",
+                      f"node {node.name} has {'an unreadable' if broken else 'no'} {hami.NODE_REGISTER} annotation: "
+                      "HAMi's device plugin has not registered its GPUs, so hami-scheduler places no vGPU pod there",
+                      f"check the {plugin} pod on the node (its device-plugin container's log)", **at)
+        return
+    # The node's own figure (GFD's nvidia.com/gpu.memory, which is NVML's total, as HAMi's) or the spec's stated
+    # one; the catalog's can differ from NVML by an ECC reserve, so it is not compared.
+    stated = resolved.spec.gpu.memory
+    physical = facts.memory_mib(node.labels) or (int(stated) if stated is not None else None)
+    want_memory = hami.registered_memory(physical, vgpu.memory_scaling) if physical else None
+    wrong = []
+    if len(gpus) != resolved.gpu_count:
+        wrong.append(f"{len(gpus)} GPU(s) registered, the class has {resolved.gpu_count}")
+    for key, want, have in (("count", vgpu.split_count, {g.count for g in gpus}),
+                            ("devcore", vgpu.cores, {g.devcore for g in gpus}),
+                            ("mode", hami.HAMI_CORE, {g.mode for g in gpus}),
+                            ("devmem", want_memory, {g.devmem for g in gpus})):
+        if want is not None and have != {want}:
+            wrong.append(f"{key} {_and(sorted(map(str, have)))} where the class gives {want}")
+    if wrong:
+        yield Finding("hami-registration-mismatch",
+                      f"node {node.name}: HAMi registered its GPUs otherwise than class {resolved.name} configures "
+                      f"them: {'; '.join(wrong)}",
+                      f"make sure the node runs {plugin} with the tree's ConfigMap (no HAMi chart plugin beside it), "
+                      "and that gpu.count and gpu.memory match the node", **at)
+    sick = sorted(g.id for g in gpus if not g.health)
+    if sick:
+        yield Finding("hami-gpu-unhealthy", f"node {node.name}: HAMi reports GPU(s) {_and(sick)} unhealthy, so "
+                      "hami-scheduler places no vGPU on them", "check nvidia-smi and the kernel log (Xid errors) on "
+                      "the node", "warning", **at)
+
+
+def _hami_scheduler(view: _View) -> Iterator[Finding]:
+    """HAMi's scheduler runs with the device config the tree's Helm values carry (the names must agree)."""
+    want = view.expected.hami_device_config
+    if want is None:
+        return
+    settings = view.policy.spec.hami
+    name = f"{settings.fullname}-scheduler-device"
+    live = next((cm for cm in view.snapshot.configmaps
+                 if (cm.namespace, cm.name) == (settings.namespace, name)), None)
+    install = (f"helm upgrade --install {settings.release_name} hami-charts/hami --version {settings.chart_version} "
+               f"--namespace {settings.namespace} -f {VALUES_PATH}")
+    if live is None:
+        yield Finding("hami-scheduler-not-installed",
+                      f"ConfigMap {settings.namespace}/{name} does not exist: HAMi's scheduler is not installed (or "
+                      "under another release name), so no vGPU pod is ever placed", install,
+                      subject=f"configmap/{settings.namespace}/{name}")
+    elif _yaml(live.data.get("device-config.yaml", "")) != _yaml(want):
+        yield Finding("hami-scheduler-config-drift",
+                      f"HAMi's scheduler runs with another device-config.yaml than {VALUES_PATH} gives "
+                      f"(ConfigMap {settings.namespace}/{name}): its resource names or defaults may disagree with "
+                      "the vgpu classes' device plugins", f"upgrade the release with the tree's values: {install}; "
+                      "the scheduler reads the file at start, so its pods restart with it",
+                      subject=f"configmap/{settings.namespace}/{name}")
+
+
+def _yaml(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
 
 
 def _mig_state(node: Node, at: Mapping[str, str]) -> Iterator[Finding]:
@@ -534,12 +642,17 @@ def _unmanaged(view: _View, extra: set[tuple[str, str]]) -> Iterator[Finding]:
             continue
         if not view.standalone and any(o.kind == "ClusterPolicy" for o in ds.owners):
             continue  # the GPU Operator's own plugin is the one the policy configures
+        if facts.is_hami_plugin(ds):
+            what, fix = "HAMi's device plugin", ("switch HAMi's chart plugin off: upgrade the release with the tree's "
+                                                 f"{VALUES_PATH} (devicePlugin.enabled: false)")
+        else:
+            what, fix = "an NVIDIA device plugin", (f"once the tree's DaemonSets run, delete it (kubectl -n "
+                                                    f"{ds.namespace} delete daemonset {ds.name}) or narrow its "
+                                                    "nodeSelector to nodes no class selects")
         yield Finding(
             "unmanaged-device-plugin",
-            f"DaemonSet {ds.key} runs an NVIDIA device plugin on {ds.desired} node(s) but is not in the compiled tree",
-            f"once the tree's DaemonSets run, delete it (kubectl -n {ds.namespace} delete daemonset {ds.name}) or "
-            "narrow its nodeSelector to nodes no class selects",
-            "warning", subject=f"daemonset/{ds.key}",
+            f"DaemonSet {ds.key} runs {what} on {ds.desired} node(s) but is not in the compiled tree",
+            fix, "warning", subject=f"daemonset/{ds.key}",
         )
 
 

@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from policy import selectors
 from policy.labels import GPU_DEPLOY_PREFIX, MIG_CONFIG_STATE, MIG_STATE_SUCCESS, PAUSED_FOR_MIG_CHANGE
 from policy.model import ClusterGPUPolicy
 
@@ -205,3 +206,11 @@ def mig_client(component: str) -> tuple[Obj, dict[str, str]]:
         ]}]}}}
     app = MIG_CLIENT_APPS.get(component)
     return affinity, ({"app": app} if app else {})
+
+
+def selector_expression(requirement: selectors.Requirement) -> Obj:
+    """A label-selector requirement as a matchExpressions entry (values sorted; none for Exists/DoesNotExist)."""
+    out: Obj = {"key": requirement.key, "operator": requirement.operator}
+    if requirement.operator in ("In", "NotIn"):
+        out["values"] = sorted(requirement.values)
+    return out

@@ -6,8 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler.targets import gpu_operator
-from policy import advice, checks, labels
+from compiler.targets import hami as hami_target
+from policy import advice, checks, hami, labels
 from policy.diagnostics import format_path
+from policy.hami_scope import hami_scope
+from policy.model import HamiResourceNames
 from policy.resolve import GPU, Offer, ResolvedClass, ResolvedPolicy
 
 REPORT_VERSION = 2
@@ -22,12 +25,17 @@ OVERHEAD = {
            "affects every client of the GPU",
     "mig": "~2-3% (hardware partitions)",
     "mig+time-slicing": "~2-3% (MIG) plus ~10-15% context switching inside each shared instance",
+    # Seed 001 puts software vGPU at 5-10% (the interception of CUDA calls); HAMi's own vLLM benchmark on an
+    # A100 measured +1.3-3.4% latency for v2.9.0 (Project-HAMi/website docs/userguide/benchmark.md).
+    "vgpu": "~5-10% (HAMi-core intercepts every CUDA call to enforce the limits; HAMi measured +1-3% latency "
+            "with vLLM at v2.9.0)",
 }
 ISOLATION = {
     "exclusive": "whole GPU",
     "none": "none (memory and faults shared)",
     "mps-memory-limit": "MPS memory limit per client (no fault isolation)",
     "mig-hardware": "MIG hardware (memory, cache, faults)",
+    "hami-core": "HAMi-core software limits on memory and SMs per container (no fault isolation)",
 }
 
 
@@ -68,6 +76,8 @@ class ClassReport:
     """Labels the output needs on the class's nodes (may be empty); nobody sets them by hand."""
     labels_set_by: dict[str, str]
     """Per label of node_labels, who sets it: the tree's label reconciler, the GPU Operator or GFD."""
+    details: tuple[str, ...] = ()
+    """What a pod of the class asks for and gets, where the slot figures do not say it (vgpu classes)."""
 
     @property
     def physical_gpus(self) -> int | None:
@@ -155,6 +165,7 @@ def _class_dict(c: ClassReport) -> dict[str, Any]:
         "nodeSelector": c.node_selector,
         "nodeLabels": c.node_labels,
         "labelsSetBy": c.labels_set_by,
+        "details": list(c.details),
     }
 
 
@@ -164,7 +175,8 @@ def _class_dict(c: ClassReport) -> dict[str, Any]:
 def build_report(resolved: ResolvedPolicy) -> CapacityReport:
     """The capacity report of a checked policy; pure, so REPORT.md changes only when the spec does."""
     policy = resolved.policy
-    classes = tuple(_class_report(rc) for rc in sorted(resolved.classes, key=lambda rc: rc.name))
+    names = policy.spec.hami.resource_names
+    classes = tuple(_class_report(rc, names) for rc in sorted(resolved.classes, key=lambda rc: rc.name))
     found = [d for d in checks.run(resolved) if d.severity == "warning"] + list(advice.advise(resolved))
     findings = tuple(Finding(d.severity, d.code, format_path(d.path), d.message, d.hint) for d in found)
     return CapacityReport(
@@ -177,7 +189,7 @@ def build_report(resolved: ResolvedPolicy) -> CapacityReport:
     )
 
 
-def _class_report(resolved: ResolvedClass) -> ClassReport:
+def _class_report(resolved: ResolvedClass, names: HamiResourceNames) -> ClassReport:
     node_class = resolved.spec
     nodes = node_class.nodes
     gpus = node_class.gpu.count
@@ -199,6 +211,25 @@ def _class_report(resolved: ResolvedClass) -> ClassReport:
         node_selector=dict(sorted(node_class.node_selector.items())),
         node_labels=resolved.required_labels,
         labels_set_by={key: _label_setter(resolved, key) for key in resolved.required_labels},
+        details=_vgpu_details(resolved, names) if resolved.vgpu is not None else (),
+    )
+
+
+def _vgpu_details(resolved: ResolvedClass, names: HamiResourceNames) -> tuple[str, ...]:
+    """How a pod sizes its vGPU, what a pod that does not gets, and how cores are enforced (docs/vgpu.md)."""
+    vgpu = resolved.vgpu
+    assert vgpu is not None
+    card = f"{vgpu.card_memory_mib} MiB" if vgpu.card_memory_mib else "the GPU's memory"
+    policy = {"default": "throttled to gpucores only while other pods use the GPU",
+              "force": "always throttled to gpucores",
+              "disable": "never throttled (gpucores is only accounted)"}[vgpu.core_policy]
+    return (
+        f"vGPUs: up to {vgpu.split_count} per GPU. A container asks for N vGPUs ({names.count}: N), each on a "
+        f"different GPU, and sizes each with {names.memory} (MiB, at most {card}) or {names.memory_percentage}, "
+        f"and {names.cores} (percent of the GPU's SMs; {vgpu.cores} per GPU).",
+        f"A container asking only for {names.count} gets the whole GPU's memory and, from HAMi's webhook, "
+        f"{names.cores}: 100: a whole GPU, not a share.",
+        f"SM limit ({vgpu.core_policy}): {policy}.",
     )
 
 
@@ -220,10 +251,9 @@ def _slots(offer: Offer, nodes: int | None, gpu_memory_mib: int) -> Slots:
     if offer.isolation == "mig-hardware":
         # Time-sliced MIG instances share the instance's memory among their replicas, with no limit.
         share = offer.memory_mib // offer.replicas
-        return Slots(offer.resource, offer.per_node, total, share, offer.replicas == 1, offer.memory_mib,
+        return Slots(offer.resource, offer.per_node, total, share, offer.memory_enforced, offer.memory_mib,
                      _isolation(offer), offer.replicas, offer.devices_per_node, offer.memory_estimated)
-    enforced = offer.isolation in ("exclusive", "mps-memory-limit")  # MPS pins a device-memory limit
-    return Slots(offer.resource, offer.per_node, total, offer.memory_mib, enforced, gpu_memory_mib,
+    return Slots(offer.resource, offer.per_node, total, offer.memory_mib, offer.memory_enforced, gpu_memory_mib,
                  _isolation(offer), offer.replicas, offer.devices_per_node)
 
 
@@ -242,8 +272,8 @@ def _overhead(resolved: ResolvedClass) -> str:
 
 def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
     plugin = resolved.spec.device_plugin
-    notes: list[str] = []
-    if plugin.deploy == "standalone":
+    notes: list[str] = _hami_notes(resolved)
+    if plugin.deploy == "standalone" and resolved.plugin_classes:
         notes.append(
             "Each node class gets its own device-plugin DaemonSet, selected by the labels its nodes already "
             "carry. Remove or re-target any other NVIDIA device plugin on these nodes first (for example a "
@@ -271,7 +301,7 @@ def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
                 "labels through Node Feature Discovery, which must run in the cluster (its nfd-worker reads "
                 "GFD's feature file)."
             )
-    else:
+    elif resolved.plugin_classes:
         notes.extend(_operator_notes(resolved))
     if any(rc.reconciled_labels for rc in resolved.classes):
         notes.append(
@@ -321,6 +351,31 @@ def _operator_notes(resolved: ResolvedPolicy) -> list[str]:
             "The operator's MIG manager repartitions a node when nvidia.com/mig.config changes; it pauses the "
             "operator's GPU clients but never drains workloads: docs/operations.md (MIG reconfiguration)."
         )
+    return notes
+
+
+def _hami_notes(resolved: ResolvedPolicy) -> list[str]:
+    if not resolved.vgpu_classes:
+        return []
+    settings = resolved.spec.hami
+    scope = hami_scope(resolved)
+    notes = [
+        f"vgpu classes run HAMi {settings.version}: the tree's hami/ holds one HAMi device-plugin DaemonSet per "
+        f"vgpu class, and {hami_target.VALUES_PATH} the values for HAMi's chart, which installs its scheduler and "
+        f"webhook with its own device plugin off: helm upgrade --install {settings.release_name} hami-charts/hami "
+        f"--version {settings.chart_version} --namespace {settings.namespace} -f {hami_target.VALUES_PATH} (repository "
+        f"{hami.CHART_REPOSITORY}). Apply the tree after the chart, so no node runs HAMi's chart plugin and a "
+        "class's plugin at once.",
+    ]
+    if settings.namespace != "kube-system":
+        notes.append(f"The tree creates no Namespace: {settings.namespace} must exist and admit privileged pods "
+                     "(pod-security.kubernetes.io/enforce: privileged), since HAMi's device plugin runs privileged "
+                     "and mounts host paths.")
+    if scope.scoped:
+        notes.append(
+            f"HAMi's count resource {settings.resource_names.count} is also what the NVIDIA-plugin classes offer, so "
+            "HAMi's webhook is limited to the namespaces that may use vgpu classes (the values' namespaceSelector): "
+            "their GPU pods go to HAMi's scheduler, every other namespace's stay with NVIDIA's plugin.")
     return notes
 
 
@@ -405,6 +460,7 @@ def _class_section(c: ClassReport) -> list[str]:
         if not s.memory_enforced:
             memory += f", not enforced ({s.replicas} slots share one {s.device_memory_mib} MiB device)"
         out.append(f"- After: {s.per_node} `{s.resource}` per node ({per}); {memory}; isolation: {s.isolation}")
+    out += [f"- {line}" for line in c.details]
     out.append(f"- Overhead: {c.overhead}")
     if c.sizing:
         out.append(f"- Sizing: {c.sizing}")
@@ -451,6 +507,7 @@ def render_text(report: CapacityReport) -> str:
         lines.append(f"  (without classes lacking a node count: {', '.join(report.uncounted)})")
     for c in report.classes:
         lines.append(f"{c.name}: overhead {c.overhead}")
+        lines += [f"{c.name}: {line}" for line in c.details]
         if c.sizing:
             lines.append(f"{c.name}: sizing {c.sizing}")
         for key, value in c.node_labels.items():

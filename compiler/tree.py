@@ -14,6 +14,7 @@ from compiler.targets import (
     device_plugin,
     feature_discovery,
     gpu_operator,
+    hami,
     mig_manager,
     mig_parted,
     node_labels,
@@ -79,6 +80,8 @@ def build_tree(resolved: ResolvedPolicy) -> Tree:
     files[KUSTOMIZATION] = serialize.dump_yaml(objects.kustomization(list(components)))
     for rc in resolved.classes:
         files[report.picture_path(rc.name)] = pictures.class_picture(rc)
+    if resolved.vgpu_classes:
+        files[hami.VALUES_PATH] = hami.render_values_text(resolved)
     capacity = report.build_report(resolved)
     files["REPORT.md"] = report.render_markdown(capacity).encode("utf-8")
     files["report.json"] = serialize.dump_json(capacity.to_dict())
@@ -89,10 +92,12 @@ def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
     """Directory -> file stem -> object, for every component the policy needs."""
     plugin = resolved.spec.device_plugin
     out: dict[str, dict[str, Obj]] = {}
-    if plugin.deploy == "standalone":
-        out["device-plugin"] = device_plugin.render_standalone(resolved)
-    else:
+    if plugin.deploy == "standalone" and (standalone := device_plugin.render_standalone(resolved)):
+        out["device-plugin"] = standalone
+    elif plugin.deploy == "gpu-operator" and resolved.plugin_classes:
         out["device-plugin"] = {"configmap": gpu_operator.render_operator_configs(resolved)}
+    if resolved.vgpu_classes:
+        out["hami"] = hami.render_hami(resolved)
     if resolved.has_mig:
         out["mig"] = {"configmap": mig_parted.render_config_map(resolved)}
     if plugin.deploy == "standalone":
@@ -113,8 +118,9 @@ def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
     return dict(sorted(out.items()))
 
 
-def _operator_configmaps(components: Mapping[str, Mapping[str, Obj]]) -> tuple[str, str | None]:
-    config = components["device-plugin"]["configmap"]["metadata"]["name"]
+def _operator_configmaps(components: Mapping[str, Mapping[str, Obj]]) -> tuple[str | None, str | None]:
+    # No device-plugin configs when every class is vgpu: HAMi's plugin runs on every class's nodes.
+    config = components["device-plugin"]["configmap"]["metadata"]["name"] if "device-plugin" in components else None
     mig = components["mig"]["configmap"]["metadata"]["name"] if "mig" in components else None
     return config, mig
 

@@ -76,7 +76,7 @@ CODES: dict[AdviceCode, tuple[Severity, str]] = {
 #: inference processes seed 003 measured needed 4401 MiB (T4) and 4621 MiB (L20) each.
 MIN_UNSIZED_SHARE_MIB = 4096
 
-_SHARED_ISOLATION = frozenset({"none", "mps-memory-limit"})
+_SHARED_ISOLATION = frozenset({"none", "mps-memory-limit", "hami-core"})
 # Pascal, Maxwell and Kepler product labels (Tesla-P100-PCIE-16GB, Tesla-P4, Quadro-P4000, Tesla-M60,
 # Tesla-K80): MPS before Volta has no per-client address space (CUDA MPS guide, "Volta MPS").
 _PRE_VOLTA_PRODUCT = re.compile(r"^(?:NVIDIA-)?(?:Tesla-|Quadro-|GRID-)?[KMP]\d{1,4}(?:[A-Za-z]*)(?:-|$)", re.I)
@@ -111,7 +111,15 @@ def advise_production_tenants(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
             continue
         shared = sorted({f"{nc.name} ({modes})" for _, nc, modes, iso in _reachable_offers(resolved, tenant)
                          if iso in _SHARED_ISOLATION or "time-slicing" in modes})
-        if shared:
+        if shared and all(s.endswith("(vgpu)") for s in shared):
+            # HAMi-core limits each container's memory in software (seed 001: vGPU isolation is software-level).
+            yield _d("production-tenant-without-memory-isolation",
+                     f"production tenant {tenant.name!r} may land on GPUs shared without hardware isolation: "
+                     f"{', '.join(shared)}; HAMi-core limits each pod's memory and SMs in software, but one pod's "
+                     "GPU fault, or a process that bypasses HAMi-core (static CUDA), reaches its neighbours",
+                     ("spec", "tenants", t, "allow"),
+                     "allow only mig and exclusive for this tenant, or pin it to isolated classes with classes:")
+        elif shared:
             yield _d("production-tenant-without-memory-isolation",
                      f"production tenant {tenant.name!r} may land on GPUs shared without memory isolation: "
                      f"{', '.join(shared)}; one pod's OOM or fault reaches its neighbours",

@@ -6,8 +6,9 @@ from collections.abc import Callable, Iterator
 
 from policy import catalog, drivers, mig, operator, selectors
 from policy.diagnostics import Diagnostic, did_you_mean
+from policy.hami_checks import HAMI_CHECKS
 from policy.labels import GFD_MUTABLE
-from policy.model import ClusterGPUPolicy, NodeClass, ReplicatedSharing, Tenant
+from policy.model import ClusterGPUPolicy, NodeClass, ReplicatedSharing, Sizing, Tenant
 from policy.resolve import ResolvedClass, ResolvedPolicy, resolve
 
 Check = Callable[[ResolvedPolicy], Iterator[Diagnostic]]
@@ -113,7 +114,7 @@ def _fmt(labels: dict[str, str]) -> str:
 def _rewritten_labels(nc: NodeClass) -> tuple[str, ...]:
     """GFD labels this class's own config changes.  Under MIG mixed the full-GPU labels come from a labeler
     without sharing, so only replicas (to 0) and the sharing strategy move (internal/lm/mig-strategy.go)."""
-    if nc.sharing.mode == "exclusive":
+    if nc.sharing.mode in ("exclusive", "vgpu"):  # HAMi's plugin does not feed GFD: its labels stay unshared
         return ()
     if nc.mig_strategy == "mixed":
         return ("nvidia.com/gpu.replicas", "nvidia.com/gpu.sharing-strategy")
@@ -141,6 +142,8 @@ def check_replicas(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
         for name, shared in (("timeSlicing", nc.sharing.time_slicing), ("mps", nc.sharing.mps)):
             if shared is not None:
                 yield from _replicated(i, resolved.classes[i], name, shared)
+        if nc.sharing.vgpu is not None and nc.sharing.vgpu.sizing is not None:
+            yield from _sized(resolved.classes[i], _class_path(i, "sharing", "vgpu"), nc.sharing.vgpu.sizing)
         if nc.sharing.mig is not None:
             for profile, replicas in sorted(nc.sharing.mig.time_slicing.items()):
                 if replicas < 2:
@@ -157,12 +160,16 @@ def _replicated(i: int, rc: ResolvedClass, name: str, shared: ReplicatedSharing)
                          "plugin refuses replicas below 2 ('number of replicas must be >= 2')",
                          (*path, "replicas"), "use replicas: 2 or more, or sharing: exclusive")
         return
-    if shared.sizing is None:
-        return
+    if shared.sizing is not None:
+        yield from _sized(rc, path, shared.sizing)
+
+
+def _sized(rc: ResolvedClass, path: tuple[str | int, ...], given: Sizing) -> Iterator[Diagnostic]:
+    """Findings about the replicas (or vGPUs) sizing yields for a class."""
     computed = rc.sizing
     if computed is None:
         if rc.memory_mib is not None:  # known memory, yet no arithmetic: the reserve does not fit the GPU
-            yield Diagnostic("sizing-exceeds-memory", f"reserve {shared.sizing.reserve} exceeds the GPU's "
+            yield Diagnostic("sizing-exceeds-memory", f"reserve {given.reserve} exceeds the GPU's "
                              f"{rc.memory_mib} MiB", (*path, "sizing", "reserve"),
                              "use a percentage reserve such as 10%, or a smaller quantity")
         return  # otherwise the model is unknown: check_gpu_models already said so
@@ -335,10 +342,7 @@ def check_tenants(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
 
 
 def tenant_requirements(tenant: Tenant) -> tuple[selectors.Requirement, ...]:
-    return selectors.requirements_from(
-        tenant.namespace_selector.match_labels,
-        [(e.key, e.operator, e.values) for e in tenant.namespace_selector.match_expressions],
-    )
+    return tenant.namespace_selector.requirements()
 
 
 def _tenant_selectors_negatable(policy: ClusterGPUPolicy) -> Iterator[Diagnostic]:
@@ -485,6 +489,7 @@ CHECKS: tuple[Check, ...] = (
     check_mps,
     check_plugin_version,
     check_tenants,
+    *HAMI_CHECKS,
 )
 
 

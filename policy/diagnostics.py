@@ -68,6 +68,12 @@ Code = Literal[
     "tenant-overlap",
     "tenant-selector-too-complex",
     "memory-override-on-known-model",
+    "hami-unsupported-version",
+    "hami-setting-cluster-wide",
+    "hami-resource-name-collision",
+    "hami-webhook-scope-inexpressible",
+    "vgpu-split-count-one",
+    "vgpu-memory-overcommit",
 ]
 
 

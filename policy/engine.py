@@ -12,6 +12,7 @@ from pydantic_core import PydanticCustomError
 
 from policy import selectors
 from policy.diagnostics import Diagnostic, Severity, format_path
+from policy.hami_rules import HamiAdmission
 from policy.model import RuleId
 from policy.offers import AdmissionPolicy, TenantDoc
 from policy.rules import RULES, Access, ClassView, Conflict, Facts, placement_conflict, terms_conflict
@@ -122,6 +123,7 @@ class Engine:
         self._carries = {pair: frozenset(found) for pair, found in carries.items()}
         self._fitting: dict[tuple[tuple[str, int], ...], tuple[tuple[int, ...], tuple[ClassView, ...]]] = {}
         self._lacks: dict[str, frozenset[int]] = {}
+        self._hami = HamiAdmission.build(policy)  # vGPU pods see only the vgpu classes (policy.hami_rules)
 
     @property
     def classes(self) -> tuple[ClassView, ...]:
@@ -163,6 +165,8 @@ class Engine:
             self._classes[i] for i in fitting if conflicts[i] is None)
         facts = Facts(request, placement, self._classes, conflicts, candidates, self.access(tenants),
                       self._tenant_access, fitting_views)
+        if self._hami is not None:
+            facts = self._hami.narrow(facts, obj, workload)
         found = tuple(replace(d, severity=self._severity[rule.id]) for rule in RULES for d in rule.check(facts))
         return Decision(not any(d.severity == "error" for d in found), found, workload.subject)
 

@@ -30,6 +30,8 @@ GFD_MUTABLE = (
 #: (mig-parted pkg/mig/reconfigure; mig.md §5). A client must leave the node while it holds this value.
 GPU_DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
 PAUSED_FOR_MIG_CHANGE = "paused-for-mig-change"
+#: The GPU Operator runs its device plugin on a node unless this is "false" (its per-node deploy labels).
+DEVICE_PLUGIN_DEPLOY = f"{GPU_DEPLOY_PREFIX}device-plugin"
 #: nvidia.com/mig.config.state once the MIG manager applied (or found applied) the selected config.
 MIG_STATE_SUCCESS = "success"
 #: Driver version labels of GFD: the plugin-repo GFD (v0.15+) writes the full string, every GFD the parts.

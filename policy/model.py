@@ -11,6 +11,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     StringConstraints,
     model_validator,
@@ -18,13 +19,13 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 from pydantic_core import PydanticCustomError
 
-from policy import sizing
+from policy import hami, selectors, sizing
 
 API_VERSION = "gpupolicy.dev/v1alpha1"
 KIND = "ClusterGPUPolicy"
 
-SharingMode = Literal["exclusive", "time-slicing", "mps", "mig"]
-SHARING_MODES: tuple[SharingMode, ...] = ("exclusive", "time-slicing", "mps", "mig")
+SharingMode = Literal["exclusive", "time-slicing", "mps", "mig", "vgpu"]
+SHARING_MODES: tuple[SharingMode, ...] = ("exclusive", "time-slicing", "mps", "mig", "vgpu")
 RuleMode = Literal["enforce", "warn", "audit"]
 
 DnsLabel = Annotated[
@@ -169,6 +170,13 @@ class MigManagerSettings(Model):
     be reset); the node is labelled nvidia.com/mig.config.state=rebooting first."""
 
 
+#: Tolerations of the node agents gpupolicy runs (device plugins), so they run on tainted GPU nodes.
+NODE_AGENT_TOLERATIONS = (
+    Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),
+    Toleration(key="CriticalAddonsOnly", operator="Exists"),
+)
+
+
 class DevicePlugin(Model):
     deploy: Literal["standalone", "gpu-operator"] = "standalone"
     """standalone: one device-plugin DaemonSet per node class; gpu-operator: named configs for its config-manager."""
@@ -180,10 +188,7 @@ class DevicePlugin(Model):
     """Namespace of the standalone DaemonSets and their ConfigMap."""
     priority_class_name: str = "system-node-critical"
     """Priority of the device-plugin pods (the upstream manifests use system-node-critical)."""
-    tolerations: tuple[Toleration, ...] = (
-        Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),
-        Toleration(key="CriticalAddonsOnly", operator="Exists"),
-    )
+    tolerations: tuple[Toleration, ...] = NODE_AGENT_TOLERATIONS
     """Tolerations of the device-plugin pods, so they run on tainted GPU nodes."""
     gpu_feature_discovery: StrictBool | None = None
     """Whether GPU Feature Discovery runs with each class's config and labels the nodes (nvidia.com/gpu.product
@@ -214,6 +219,105 @@ class DevicePlugin(Model):
         return self.image or f"nvcr.io/nvidia/k8s-device-plugin:{self.version}"
 
 
+HamiVersion = Annotated[
+    str,
+    StringConstraints(pattern=r"^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$"),
+    Field(description="HAMi release tag, e.g. v2.10.0."),
+]
+HamiResource = Annotated[
+    str,
+    # gpupolicy's webhook is sent only objects asking for nvidia.com/ resources (its matchConditions), and the
+    # name after the slash is a Kubernetes qualified name (at most 63 characters).
+    StringConstraints(pattern=r"^nvidia\.com/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"),
+    Field(description="An extended resource name under nvidia.com/, e.g. nvidia.com/gpumem."),
+]
+
+
+class HamiResourceNames(Model):
+    """HAMi's five NVIDIA resource names (chart values resourceName, resourceMem, ...): one set per install."""
+
+    count: HamiResource = hami.DEFAULT_COUNT
+    """vGPUs per container, each on a different GPU; the only name the device plugin advertises. Rename it
+    (e.g. nvidia.com/vgpu) to run HAMi beside NVIDIA-plugin classes for tenants that use both."""
+    memory: HamiResource = hami.DEFAULT_MEMORY
+    """MiB of GPU memory per vGPU."""
+    memory_percentage: HamiResource = hami.DEFAULT_MEMORY_PERCENTAGE
+    """Percent of the GPU's registered memory per vGPU."""
+    cores: HamiResource = hami.DEFAULT_CORES
+    """Percent of the GPU's SMs per vGPU."""
+    priority: HamiResource = hami.DEFAULT_PRIORITY
+    """Task priority: 0 high, 1 low."""
+
+    @model_validator(mode="after")
+    def _distinct(self) -> HamiResourceNames:
+        names = [self.count, self.memory, self.memory_percentage, self.cores, self.priority]
+        if len(set(names)) != len(names):
+            raise PydanticCustomError("invalid-value", "HAMi's five resource names must differ (got {names})",
+                                      {"names": ", ".join(names), "hint": "give each resource its own name"})
+        return self
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        """The per-vGPU resources no node advertises: memory, memory percentage, cores, priority."""
+        return (self.memory, self.memory_percentage, self.cores, self.priority)
+
+
+class Hami(Model):
+    """The HAMi install the vgpu classes run on: one scheduler, one webhook and one set of names per cluster.
+
+    gpupolicy writes HAMi's device plugin (one DaemonSet per vgpu class) into the tree and a values file for
+    HAMi's Helm chart, which installs the scheduler and webhook with its own device plugin switched off."""
+
+    version: HamiVersion = hami.DEFAULT_VERSION
+    """HAMi release (and Helm chart version) the output is written for; gpupolicy targets v2.10."""
+    namespace: DnsLabel = "kube-system"
+    """Namespace of the HAMi release, and of the device-plugin DaemonSets gpupolicy writes."""
+    release_name: DnsLabel = "hami"
+    """Helm release name of HAMi's chart: it names the scheduler's objects (hami-scheduler-device, ...)."""
+    scheduler_name: DnsLabel = hami.DEFAULT_SCHEDULER_NAME
+    """schedulerName HAMi's webhook writes into vGPU pods."""
+    image: str | None = None
+    """Device-plugin and vGPUmonitor image; defaults to docker.io/projecthami/hami:<version>."""
+    resource_names: HamiResourceNames = HamiResourceNames()
+    """HAMi's resource names (cluster-wide)."""
+    memory_factor: StrictInt = Field(default=1, ge=1, le=1024)
+    """nvidia.com/gpumem is multiplied by this before accounting (cluster-wide memoryFactor)."""
+    default_memory: MemoryMiB | None = None
+    """Memory a vGPU gets when the pod asks for neither gpumem nor a percentage (cluster-wide defaultMemory);
+    unset: the whole GPU's memory."""
+    default_cores: StrictInt = Field(default=0, ge=0, le=100)
+    """Percent of SMs a vGPU gets when the pod does not say (cluster-wide defaultCores); 0: no SM limit."""
+    default_gpu_num: StrictInt = Field(default=1, ge=0, le=64)
+    """vGPUs HAMi's webhook adds to a container that asks only for memory or cores (cluster-wide defaultGPUNum);
+    0 adds none, and such pods then stay Pending."""
+    core_policy: hami.CorePolicy = "default"
+    """How HAMi-core enforces gpucores (cluster-wide gpuCorePolicy): default (throttle only while the GPU is
+    contended), force (always) or disable (never)."""
+    priority_class_name: str = "system-node-critical"
+    """Priority of the device-plugin pods (HAMi's chart uses system-node-critical)."""
+    tolerations: tuple[Toleration, ...] = NODE_AGENT_TOLERATIONS
+    """Tolerations of the device-plugin pods."""
+
+    @property
+    def version_tuple(self) -> tuple[int, int, int]:
+        return hami.parse_version(self.version)
+
+    @property
+    def effective_image(self) -> str:
+        return self.image or f"{hami.IMAGE_REPOSITORY}:{self.version}"
+
+    @property
+    def chart_version(self) -> str:
+        """The chart's version: HAMi's chart is versioned with the release (charts/hami/Chart.yaml)."""
+        return self.version.lstrip("v")
+
+    @property
+    def fullname(self) -> str:
+        """The chart's object-name prefix: the release name if it contains hami, else <release>-hami
+        (charts/hami/templates/_helpers.tpl hami-vgpu.fullname)."""
+        return self.release_name if "hami" in self.release_name else f"{self.release_name}-hami"
+
+
 class Gpu(Model):
     model: str = Field(min_length=1)
     """GPU model: the nvidia.com/gpu.product label (NVIDIA-L20, Tesla-T4) or an alias (L20, T4, H20)."""
@@ -233,6 +337,17 @@ class Sizing(Model):
     """Memory kept free per GPU: a percentage of the total (10%) or a quantity (2Gi)."""
 
 
+def _count_or_sizing(count: int | None, sizing_: Sizing | None, field: str) -> None:
+    """A shared class gives its replicas (or vGPUs) per GPU, or sizing to derive them, never both or neither."""
+    if (count is None) == (sizing_ is None):
+        raise PydanticCustomError(
+            "replicas-or-sizing",
+            "give exactly one of {field} or sizing (got {got})",
+            {"field": field, "got": "both" if count is not None else "neither",
+             "hint": f"write {field}: N, or sizing: {{memoryPerReplica: ..., reserve: ...}}"},
+        )
+
+
 class ReplicatedSharing(Model):
     """Shared replicas per GPU: give replicas, or let sizing derive them from memory."""
 
@@ -247,12 +362,7 @@ class ReplicatedSharing(Model):
 
     @model_validator(mode="after")
     def _replicas_or_sizing(self) -> ReplicatedSharing:
-        if (self.replicas is None) == (self.sizing is None):
-            raise PydanticCustomError(
-                "replicas-or-sizing",
-                "give exactly one of replicas or sizing (got {got})",
-                {"got": "both" if self.replicas is not None else "neither"},
-            )
+        _count_or_sizing(self.replicas, self.sizing, "replicas")
         return self
 
 
@@ -262,6 +372,28 @@ class TimeSlicing(ReplicatedSharing):
 
 class Mps(ReplicatedSharing):
     pass
+
+
+class Vgpu(Model):
+    """HAMi vGPU: up to splitCount pods per GPU, each with a memory and SM limit HAMi-core enforces in software."""
+
+    split_count: StrictInt | None = Field(default=None, ge=1, le=1024)
+    """vGPUs per GPU: how many containers may share one GPU (HAMi deviceSplitCount)."""
+    sizing: Sizing | None = None
+    """Derive splitCount from memory, as for time-slicing: floor((GPU memory - reserve) / memoryPerReplica)."""
+    memory_scaling: StrictFloat = Field(default=1.0, gt=0, le=100)
+    """Registered memory per GPU = physical memory x this (HAMi deviceMemoryScaling); above 1 over-commits
+    memory in HAMi's accounting only: allocations beyond the physical memory still fail."""
+    core_scaling: StrictFloat = Field(default=1.0, gt=0, le=100)
+    """Registered SM share per GPU = 100% x this (HAMi deviceCoreScaling); above 1 lets gpucores add up past 100."""
+    core_policy: hami.CorePolicy | None = None
+    """How gpucores is enforced on this class; default: spec.hami.corePolicy. Only disable can differ from the
+    cluster's default policy (it is set per class in the device plugin's config)."""
+
+    @model_validator(mode="after")
+    def _split_count_or_sizing(self) -> Vgpu:
+        _count_or_sizing(self.split_count, self.sizing, "splitCount")
+        return self
 
 
 class MigGroup(Model):
@@ -307,11 +439,11 @@ def _exclusive_schema(schema: dict[str, Any]) -> None:
     original = dict(schema)
     schema.clear()
     schema["anyOf"] = [{"const": "exclusive", "type": "string"}, original]
-    schema["description"] = "exclusive (whole GPUs), or exactly one of timeSlicing, mps, mig."
+    schema["description"] = "exclusive (whole GPUs), or exactly one of timeSlicing, mps, mig, vgpu."
 
 
 class Sharing(Model):
-    """How a class's GPUs are shared: `exclusive`, or one of timeSlicing, mps, mig."""
+    """How a class's GPUs are shared: `exclusive`, or one of timeSlicing, mps, mig, vgpu."""
 
     model_config = ConfigDict(json_schema_extra=_exclusive_schema)
 
@@ -321,6 +453,8 @@ class Sharing(Model):
     """MPS: pods run concurrently on each GPU with a memory limit per client (device plugin v0.15+)."""
     mig: Mig | None = None
     """MIG: each GPU is cut into hardware-isolated instances (Ampere and Hopper data-center GPUs)."""
+    vgpu: Vgpu | None = None
+    """vGPU (Project-HAMi): several pods per GPU, each with a software memory and SM limit."""
 
     @model_validator(mode="before")
     @classmethod
@@ -330,14 +464,14 @@ class Sharing(Model):
         if isinstance(value, str):
             raise PydanticCustomError(
                 "invalid-value",
-                "sharing must be exclusive or a mapping with one of timeSlicing, mps, mig (got '{got}')",
+                "sharing must be exclusive or a mapping with one of timeSlicing, mps, mig, vgpu (got '{got}')",
                 {"got": value, "hint": "write sharing: exclusive, or sharing: {timeSlicing: {replicas: 4}}"},
             )
         return value
 
     @model_validator(mode="after")
     def _one_mode(self) -> Sharing:
-        given = [name for name in ("timeSlicing", "mps", "mig") if getattr(self, to_snake(name)) is not None]
+        given = [name for name in ("timeSlicing", "mps", "mig", "vgpu") if getattr(self, to_snake(name)) is not None]
         if {"mps", "mig"} <= set(given):
             raise PydanticCustomError(
                 "sharing-modes-conflict",
@@ -360,6 +494,8 @@ class Sharing(Model):
             return "mps"
         if self.mig is not None:
             return "mig"
+        if self.vgpu is not None:
+            return "vgpu"
         return "exclusive"
 
 
@@ -398,6 +534,11 @@ class LabelSelector(Model):
     match_expressions: tuple[LabelSelectorRequirement, ...] = ()
     """Further requirements, all of which must hold."""
 
+    def requirements(self) -> tuple[selectors.Requirement, ...]:
+        """The selector as one conjunction of requirements (matchLabels first)."""
+        return selectors.requirements_from(self.match_labels,
+                                           [(e.key, e.operator, e.values) for e in self.match_expressions])
+
 
 class Tenant(Model):
     name: DnsLabel
@@ -417,6 +558,12 @@ RuleId = Literal[
     "shared-gpu-request-above-one",
     "tenant-sharing-mode-denied",
     "mig-strategy-mismatch",
+    "hami-scheduler-bypassed",
+    "vgpu-memory-unsatisfiable",
+    "vgpu-count-above-gpus",
+    "hami-resource-out-of-range",
+    "hami-privileged-container",
+    "hami-annotation-invalid",
 ]
 
 
@@ -470,6 +617,8 @@ class Spec(Model):
     """Who may use which sharing modes, by namespace."""
     admission: Admission = Admission()
     """The validating webhook that enforces this policy at pod admission."""
+    hami: Hami = Hami()
+    """The HAMi install vgpu classes run on (read only when a class uses vgpu)."""
 
     @property
     def kubernetes_minor(self) -> int:

@@ -6,11 +6,12 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from policy.hami_scope import hami_scope
 from policy.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, SharingMode
 from policy.resolve import GPU, Isolation, ResolvedClass, ResolvedPolicy, resolve
 
-__all__ = ["ADMISSION_POLICY_VERSION", "ALL_RULES", "GPU", "AdmissionPolicy", "ClassDoc", "OfferDoc", "TenantDoc",
-           "build_admission_policy"]
+__all__ = ["ADMISSION_POLICY_VERSION", "ALL_RULES", "GPU", "AdmissionPolicy", "ClassDoc", "HamiDoc", "OfferDoc",
+           "TenantDoc", "VgpuClassDoc", "build_admission_policy"]
 
 ADMISSION_POLICY_VERSION = "gpupolicy.dev/admission/v1"
 
@@ -64,6 +65,38 @@ class TenantDoc(_Doc):
     classes: tuple[str, ...] = ()
 
 
+class VgpuClassDoc(_Doc):
+    """What HAMi's scheduler knows of one vgpu class's GPUs (from the annotation its device plugin writes)."""
+
+    name: str
+    gpus: int = Field(ge=0)
+    """GPUs per node: the most vGPUs one container can get (each on another GPU)."""
+    split_count: int = Field(ge=1)
+    card_memory_mib: int = Field(ge=0)
+    """Registered MiB per GPU (physical x memoryScaling); 0 when unknown."""
+    cores: int = Field(ge=0)
+    """Registered SM percent per GPU (100 x coreScaling)."""
+    gpu_type: str
+    """The device type HAMi registers, matched by nvidia.com/use-gputype."""
+
+
+class HamiDoc(_Doc):
+    """The HAMi install vgpu classes run on, as its webhook and scheduler see pods."""
+
+    scheduler_name: str
+    count: str
+    memory: str
+    memory_percentage: str
+    cores: str
+    priority: str
+    memory_factor: int = Field(ge=1)
+    default_gpu_num: int = Field(ge=0)
+    scoped: bool
+    """True: HAMi's webhook reaches only namespaces whose pods may use vgpu (its count resource is also an
+    NVIDIA-plugin resource); False: every namespace."""
+    classes: tuple[VgpuClassDoc, ...]
+
+
 class AdmissionPolicy(_Doc):
     """The compiled admission policy: all the rule engine needs, nothing it must derive."""
 
@@ -74,6 +107,8 @@ class AdmissionPolicy(_Doc):
     default_allow: tuple[SharingMode, ...] = SHARING_MODES
     rules: dict[RuleId, RuleMode]
     """Effective mode of every rule."""
+    hami: HamiDoc | None = None
+    """The HAMi install, when a class uses vgpu."""
 
     def to_json(self) -> str:
         """Deterministic JSON: sorted keys, two-space indent, final newline."""
@@ -115,7 +150,23 @@ def build_admission_policy(policy: ClusterGPUPolicy | ResolvedPolicy) -> Admissi
         tenants=tenants,
         default_allow=spec.admission.default_allow,
         rules=rules,
+        hami=_hami_doc(resolved),
     )
+
+
+def _hami_doc(resolved: ResolvedPolicy) -> HamiDoc | None:
+    if not resolved.vgpu_classes:
+        return None
+    settings = resolved.spec.hami
+    names = settings.resource_names
+    classes = tuple(VgpuClassDoc(name=c.name, gpus=c.gpu_count, split_count=c.vgpu.split_count,
+                                 card_memory_mib=c.vgpu.card_memory_mib, cores=c.vgpu.cores,
+                                 gpu_type=c.vgpu.gpu_type)
+                    for c in resolved.vgpu_classes if c.vgpu is not None)
+    return HamiDoc(scheduler_name=settings.scheduler_name, count=names.count, memory=names.memory,
+                   memory_percentage=names.memory_percentage, cores=names.cores, priority=names.priority,
+                   memory_factor=settings.memory_factor, default_gpu_num=settings.default_gpu_num,
+                   scoped=hami_scope(resolved).scoped, classes=classes)
 
 
 def _class_doc(resolved: ResolvedClass) -> ClassDoc:

@@ -9,14 +9,14 @@ can disagree.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from policy import catalog, labels, operator, sizing
+from policy import catalog, hami, labels, operator, sizing
 from policy.model import ClusterGPUPolicy, DevicePlugin, NodeClass, SharingMode, Spec, Tenant
 
-Isolation = Literal["exclusive", "none", "mps-memory-limit", "mig-hardware"]
+Isolation = Literal["exclusive", "none", "mps-memory-limit", "mig-hardware", "hami-core"]
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 
@@ -48,6 +48,13 @@ class Offer:
     def shared(self) -> bool:
         return self.replicas > 1
 
+    @property
+    def memory_enforced(self) -> bool:
+        """Whether something holds a slot to its memory: a whole device, the MPS daemon's or HAMi-core's limit,
+        or an unshared MIG instance (time-sliced replicas share theirs unchecked)."""
+        return self.isolation in ("exclusive", "mps-memory-limit", "hami-core") or (
+            self.isolation == "mig-hardware" and self.replicas == 1)
+
     def describe(self) -> str:
         """``1 GPU x 8 time-slicing replicas``: the offer per node, in words."""
         return describe_offer(self.devices_per_node, self.replicas, self.modes, self.mig_profile)
@@ -57,9 +64,34 @@ def describe_offer(devices_per_node: int, replicas: int, modes: tuple[str, ...],
     """``1 GPU x 8 time-slicing replicas``, ``7 1g.12gb MIG devices``: an offer per node, in words."""
     plural = "s" if devices_per_node != 1 else ""
     base = f"{devices_per_node} {mig_profile} MIG device{plural}" if mig_profile else f"{devices_per_node} GPU{plural}"
-    if replicas > 1:
+    if replicas > 1 and "vgpu" in modes:
+        base += f" x {replicas} HAMi vGPUs"
+    elif replicas > 1:
         base += f" x {replicas} {'MPS' if 'mps' in modes else 'time-slicing'} replicas"
     return base
+
+
+@dataclass(frozen=True)
+class ResolvedVgpu:
+    """What HAMi makes of a vgpu class's GPUs: the figures its device plugin registers and its scheduler counts."""
+
+    split_count: int
+    """vGPUs per GPU (deviceSplitCount)."""
+    memory_scaling: float
+    core_scaling: float
+    card_memory_mib: int
+    """Registered memory per GPU (physical x memoryScaling): the most one vGPU may ask for; 0 when unknown."""
+    cores: int
+    """Registered SM share per GPU, in percent (100 x coreScaling)."""
+    core_policy: hami.CorePolicy
+    """The policy HAMi-core enforces on the class: its own, else the cluster's."""
+    gpu_type: str
+    """The device type HAMi registers (matched by the nvidia.com/use-gputype annotation)."""
+
+    @property
+    def disable_core_limit(self) -> bool:
+        """Whether the class's device-plugin config switches the SM limit off (device-config disableCoreLimit)."""
+        return self.core_policy == "disable"
 
 
 @dataclass(frozen=True)
@@ -93,6 +125,8 @@ class ResolvedClass:
     (all-disabled) or GPU Feature Discovery (mps.capable), which own those keys."""
     mig_manager: bool = False
     """The tree runs NVIDIA's MIG manager on the class's nodes (standalone, and the class selects a MIG config)."""
+    vgpu: ResolvedVgpu | None = None
+    """HAMi's figures for a vgpu class (None for every other mode)."""
 
     @property
     def name(self) -> str:
@@ -158,15 +192,30 @@ class ResolvedPolicy:
     def has_mig(self) -> bool:
         return any(c.spec.sharing.mig is not None for c in self.classes)
 
+    @property
+    def vgpu_classes(self) -> tuple[ResolvedClass, ...]:
+        """The vgpu (HAMi) classes, by name."""
+        return tuple(sorted((c for c in self.classes if c.vgpu is not None), key=lambda c: c.name))
+
+    @property
+    def plugin_classes(self) -> tuple[ResolvedClass, ...]:
+        """The classes NVIDIA's device plugin serves: every class but the vgpu ones, in spec order."""
+        return tuple(c for c in self.classes if c.vgpu is None)
+
     def by_name(self) -> dict[str, ResolvedClass]:
         return {c.name: c for c in self.classes}
 
     def reachable(self, tenant: Tenant) -> Iterator[tuple[int, ResolvedClass, Offer]]:
         """(class index, class, offer) for every offer a tenant's pods may land on: in a class the tenant may
         use (all, if it names none) and of sharing modes it allows."""
-        allowed = set(tenant.allow)
+        return self.reachable_with(tenant.allow, tenant.classes)
+
+    def reachable_with(self, allow: Iterable[SharingMode],
+                       classes: Iterable[str] = ()) -> Iterator[tuple[int, ResolvedClass, Offer]]:
+        """:meth:`reachable` for given modes and classes (the default rules have no Tenant of their own)."""
+        allowed, named = set(allow), set(classes)
         for i, resolved in enumerate(self.classes):
-            if tenant.classes and resolved.name not in tenant.classes:
+            if named and resolved.name not in named:
                 continue
             for offer in resolved.offers:
                 if set(offer.modes) <= allowed:
@@ -183,7 +232,9 @@ def resolve(policy: ClusterGPUPolicy) -> ResolvedPolicy:
         return ResolvedPolicy(policy, tuple(_resolve_class(spec, nc, has_mig, "") for nc in spec.node_classes))
     wanted = plugin.operator.version
     release = operator.release(wanted) if wanted else operator.shipping(plugin.version_tuple)
-    default = spec.node_classes[0].name if len(spec.node_classes) == 1 else ""
+    # A vgpu class gets no operator config (HAMi's plugin serves it), so it can never be the default one.
+    only = spec.node_classes[0] if len(spec.node_classes) == 1 else None
+    default = only.name if only is not None and only.sharing.vgpu is None else ""
     classes = tuple(_resolve_class(spec, nc, has_mig, default) for nc in spec.node_classes)
     return ResolvedPolicy(policy, classes, release, default)
 
@@ -195,7 +246,8 @@ def _resolve_class(spec: Spec, node_class: NodeClass, has_mig: bool, default_con
     memory = int(node_class.gpu.memory) if node_class.gpu.memory is not None else (model.memory_mib if model else None)
     computed = _sizing(node_class, memory)
     replicas = _replicas(node_class, computed)
-    offers = _offers(node_class, model, memory, computed, replicas)
+    vgpu = _vgpu(spec, node_class, product, memory, replicas)
+    offers = _offers(spec, node_class, model, memory, computed, replicas, vgpu)
     mps_daemon = node_class.sharing.mps is not None and plugin.version_tuple >= (0, 15, 0)
     mig_config = _mig_config(plugin, node_class, model, has_mig)
     required = _required_labels(plugin, node_class, mig_config, mps_daemon, default_config)
@@ -214,11 +266,29 @@ def _resolve_class(spec: Spec, node_class: NodeClass, has_mig: bool, default_con
         required_labels=required,
         reconciled_labels=_reconciled_labels(plugin, required),
         mig_manager=plugin.deploy == "standalone" and mig_config is not None,
+        vgpu=vgpu,
+    )
+
+
+def _vgpu(spec: Spec, node_class: NodeClass, product: str, memory: int | None,
+          split: int) -> ResolvedVgpu | None:
+    settings = node_class.sharing.vgpu
+    if settings is None:
+        return None
+    return ResolvedVgpu(
+        split_count=split,
+        memory_scaling=settings.memory_scaling,
+        core_scaling=settings.core_scaling,
+        card_memory_mib=hami.registered_memory(memory, settings.memory_scaling) if memory else 0,
+        cores=hami.registered_cores(settings.core_scaling),
+        core_policy=settings.core_policy or spec.hami.core_policy,
+        gpu_type=hami.device_type(product),
     )
 
 
 def _sizing(node_class: NodeClass, total: int | None) -> sizing.Sizing | None:
-    shared = node_class.sharing.time_slicing or node_class.sharing.mps
+    # vgpu sizing starts from the physical memory too: memoryScaling changes HAMi's accounting, not what fits.
+    shared = node_class.sharing.time_slicing or node_class.sharing.mps or node_class.sharing.vgpu
     if shared is None or shared.sizing is None or total is None:
         return None
     reserve = shared.sizing.reserve
@@ -233,20 +303,26 @@ def _sizing(node_class: NodeClass, total: int | None) -> sizing.Sizing | None:
 
 
 def _replicas(node_class: NodeClass, computed: sizing.Sizing | None) -> int:
+    """Replicas per GPU: time-slicing or MPS replicas, or a vgpu class's splitCount."""
+    vgpu = node_class.sharing.vgpu
     shared = node_class.sharing.time_slicing or node_class.sharing.mps
-    if shared is None:
-        return 1
-    if shared.replicas is not None:
-        return shared.replicas
+    given = vgpu.split_count if vgpu is not None else shared.replicas if shared is not None else 1
+    if given is not None:
+        return given
     return computed.replicas if computed else 1
 
 
-def _offers(node_class: NodeClass, model: catalog.GpuModel | None, memory: int | None,
-            computed: sizing.Sizing | None, replicas: int) -> tuple[Offer, ...]:
+def _offers(spec: Spec, node_class: NodeClass, model: catalog.GpuModel | None, memory: int | None,
+            computed: sizing.Sizing | None, replicas: int, vgpu: ResolvedVgpu | None) -> tuple[Offer, ...]:
     sharing = node_class.sharing
     count = node_class.gpu.count
     if sharing.mig is not None:
         return _mig_offers(node_class, model)
+    if vgpu is not None:
+        # HAMi advertises GPUs x splitCount of its count resource. A container's N vGPUs sit on N different
+        # GPUs (Fit takes one device per vGPU), so asking for several is legitimate: no failRequestsGreaterThanOne.
+        share = computed.per_replica_mib if computed else vgpu.card_memory_mib // max(replicas, 1)
+        return (Offer(spec.hami.resource_names.count, count, replicas, share, ("vgpu",), "hami-core", None, False),)
     shared = sharing.time_slicing or sharing.mps
     if shared is None:
         return (Offer(GPU, count, 1, memory or 0, ("exclusive",), "exclusive"),)
@@ -285,7 +361,11 @@ def _gfd_labels(node_class: NodeClass, product: str, offers: tuple[Offer, ...]) 
     found = dict(node_class.node_selector)
     found.setdefault("nvidia.com/gpu.present", "true")
     mig = node_class.sharing.mig
-    if mig is None:
+    if node_class.sharing.vgpu is not None:
+        # HAMi has no GFD integration: GFD (where it runs) labels these GPUs as unshared.
+        found.setdefault("nvidia.com/gpu.product", product)
+        found.setdefault("nvidia.com/gpu.count", str(node_class.gpu.count))
+    elif mig is None:
         offer = offers[0]
         shared_product = offer.shared and offer.resource == GPU  # GFD appends -SHARED unless renamed
         found.setdefault("nvidia.com/gpu.product", f"{product}-SHARED" if shared_product else product)
@@ -341,7 +421,11 @@ def _required_labels(plugin: DevicePlugin, node_class: NodeClass, mig_config: st
     control daemon runs only where nvidia.com/mps.capable=true (Helm chart nodeSelector).
     """
     found: dict[str, str] = {}
-    if plugin.deploy == "gpu-operator" and node_class.name != default_config:
+    if plugin.deploy == "gpu-operator" and node_class.sharing.vgpu is not None:
+        # HAMi's device plugin serves these nodes: the operator's must not run there too (HAMi FAQ;
+        # GPU Operator per-node deploy labels).
+        found[labels.DEVICE_PLUGIN_DEPLOY] = "false"
+    elif plugin.deploy == "gpu-operator" and node_class.name != default_config:
         found[labels.DEVICE_PLUGIN_CONFIG] = node_class.name
     if mig_config is not None:
         found[labels.MIG_CONFIG] = mig_config

@@ -12,8 +12,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from policy import catalog
+from policy import catalog, hami_rules
 from policy.diagnostics import Diagnostic, Path, did_you_mean
+from policy.hami import DEFAULT_ATTRIBUTES
 from policy.labels import GFD_PREFIXES
 from policy.model import RuleId, RuleMode
 from policy.offers import ClassDoc, OfferDoc
@@ -21,8 +22,7 @@ from policy.resolve import GPU, MIG_PREFIX, describe_offer
 from policy.workloads import AffinityTerm, GpuRequest, NodeRequirement, Placement
 
 # HAMi's resource names (webhook.md §3.3): its scheduler extender serves them, the NVIDIA plugin never does.
-HAMI_RESOURCES = frozenset({"nvidia.com/gpumem", "nvidia.com/gpumem-percentage", "nvidia.com/gpucores",
-                            "nvidia.com/priority"})
+HAMI_RESOURCES = DEFAULT_ATTRIBUTES
 _MAX_LISTED = 6  # classes named in one message; a 30-class fleet would drown the reader
 
 
@@ -240,6 +240,8 @@ class Facts:
     fitting: tuple[ClassView, ...] | None = None
     """Classes one node of which offers the whole request, in policy order (the engine knows them from
     its index; None: work them out here)."""
+    hami: hami_rules.HamiPod | None = None
+    """The pod as HAMi takes it (classes and candidates are then the vgpu classes only); None for other pods."""
 
     @property
     def placeable(self) -> tuple[ClassView, ...]:
@@ -595,6 +597,7 @@ RULES: tuple[Rule, ...] = (
          check_shared_above_one),
     Rule("tenant-sharing-mode-denied", "enforce",
          "the scheduler may pick a class or sharing mode the namespace's tenant may not use", check_tenant_access),
+    *(Rule(*rule) for rule in hami_rules.RULES),
 )
 
 

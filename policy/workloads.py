@@ -61,6 +61,19 @@ class Workload:
         """How messages name the object: ``Deployment nlp-inference``."""
         return f"{self.kind} {self.name}"
 
+    def resource_names(self) -> frozenset[str]:
+        """Every resource name any container limits or requests, of any vendor."""
+        found: set[str] = set()
+        for section in ("initContainers", "containers"):
+            items = self.pod_spec.get(section)
+            for item in items if isinstance(items, list) else ():
+                resources = item.get("resources") if _is_mapping(item) else None
+                for field in ("limits", "requests"):
+                    table = resources.get(field) if _is_mapping(resources) else None
+                    if _is_mapping(table):
+                        found.update(k for k in table if isinstance(k, str))
+        return frozenset(found)
+
 
 def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
     # Objects come from json.loads, so nearly every mapping is a dict: test that first, in C, before the
@@ -187,6 +200,11 @@ class GpuRequest:
     @property
     def resources(self) -> tuple[str, ...]:
         return tuple(resource for resource, _ in self.totals)
+
+    @classmethod
+    def of(cls, containers: tuple[ContainerRequest, ...]) -> GpuRequest:
+        """The request of these containers, totalled the way the scheduler adds them up."""
+        return cls(containers, _effective_totals(list(containers)))
 
     def first_path(self, resource: str) -> Path:
         """Where the first container asking for ``resource`` writes it."""

@@ -58,6 +58,10 @@ VERSION_GATES: tuple[Gate, ...] = (
     Gate("spec.nodeClasses[].sharing.mps", None, "device plugin", "v0.15.0",
          "`sharing.mps` and the MPS control daemon", "mps-unsupported-version",
          "k8s-device-plugin v0.15.0; older releases silently ignore sharing.mps"),
+    Gate("spec.hami.version", None, "HAMi", "v2.10.0",
+         "the formats and webhook behaviour gpupolicy writes and checks for; a newer minor is a warning",
+         "hami-unsupported-version",
+         "HAMi v2.10.0: the webhook's gpumem-percentage check; JSON node registration since v2.8.0"),
     Gate("spec.admission.enabled", "true", "Kubernetes", "1.28",
          "the webhook registration uses `matchConditions`; set `spec.kubernetesVersion`",
          "version-unsupported-feature",
@@ -136,6 +140,17 @@ CODE_HELP: dict[str, tuple[str, str]] = {
     "tenant-selector-too-complex": (_SEMANTIC, "A tenant selects namespaces by more than one requirement, which "
                                                "the webhook registration cannot negate."),
     "memory-override-on-known-model": (_SEMANTIC, "gpu.memory is more than the catalog's figure for that GPU."),
+    "hami-unsupported-version": (_SEMANTIC, "spec.hami.version is older than v2.10, whose formats gpupolicy writes "
+                                            "(an error), or newer and not yet checked (a warning)."),
+    "hami-setting-cluster-wide": (_SEMANTIC, "A vgpu class asks for a value HAMi sets once per install (its core "
+                                             "policy), different from spec.hami's."),
+    "hami-resource-name-collision": (_SEMANTIC, "A tenant may use vgpu classes and NVIDIA-plugin classes under one "
+                                                "resource name; HAMi's webhook would send all its pods to HAMi."),
+    "hami-webhook-scope-inexpressible": (_SEMANTIC, "The namespaces that may use vgpu classes cannot be one "
+                                                    "namespaceSelector for HAMi's webhook."),
+    "vgpu-split-count-one": (_SEMANTIC, "A vgpu class with splitCount 1: one pod per GPU, plus HAMi's overhead."),
+    "vgpu-memory-overcommit": (_SEMANTIC, "memoryScaling above 1: HAMi admits more memory than the GPU has, in "
+                                          "its accounting only."),
 }
 
 #: Admission rule ids (the `code` of admission diagnostics); troubleshooting is in docs/operations.md.
@@ -149,6 +164,18 @@ RULE_HELP: dict[str, str] = {
                                   "pick.",
     "mig-strategy-mismatch": "The pod asks for a resource spelled for the other MIG strategy (nvidia.com/gpu on "
                              "a mixed class, nvidia.com/mig-<profile> on a single one).",
+    "hami-scheduler-bypassed": "A pod asks for HAMi vGPU resources but hami-scheduler would not place it: another "
+                               "scheduler, a preset nodeName, HAMi's webhook not having run, or no vGPU count.",
+    "vgpu-memory-unsatisfiable": "nvidia.com/gpumem HAMi cannot read (a unit suffix; it drops the request), or "
+                                 "more MiB than any GPU the pod may land on registers (Pending forever).",
+    "vgpu-count-above-gpus": "A container asks for more vGPUs than any reachable node has GPUs; each vGPU needs "
+                             "its own GPU.",
+    "hami-resource-out-of-range": "A memory percentage, core share or priority HAMi answers with an error, "
+                                  "clamps or ignores.",
+    "hami-privileged-container": "A privileged container in a pod asking for HAMi vGPU resources (HAMi denies "
+                                 "it; it would see every GPU).",
+    "hami-annotation-invalid": "A HAMi annotation (vgpu-mode, use-gputype, scheduler policies) that excludes every "
+                               "reachable GPU or names a policy HAMi does not know.",
 }
 
 

@@ -83,6 +83,7 @@ def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tall
                 yield _not_checked(obj, (*prefix, "kind"), doc.source.span((*prefix, "kind"), key=True))
             continue
         tally.objects += 1
+        yield from _cloud_vgpu(workload, prefix, doc)
         ns = workload.namespace or default_ns
         decision = engine.evaluate(obj, tenants=engine.tenants_for(tally.namespaces.get(ns, {}), namespace=ns))
         tally.denied += not decision.allowed
@@ -90,6 +91,21 @@ def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tall
         for d in decision.diagnostics:
             yield replace(d, message=f"{decision.subject} (namespace {ns}): {d.message}", path=(*prefix, *d.path),
                           span=doc.source.span((*prefix, *d.path), key=True))
+
+
+def _cloud_vgpu(workload: Any, prefix: Path, doc: Document) -> Iterator[Diagnostic]:
+    """A workload asking for a cloud's own vGPU resources: said, not judged (policy.cloud_vgpu)."""
+    from policy import cloud_vgpu
+    from policy.diagnostics import Diagnostic
+
+    for product in cloud_vgpu.products_requested(workload.resource_names()):
+        path = (*prefix, *workload.spec_path)
+        yield Diagnostic(
+            "cloud-vgpu-not-checked",
+            f"{workload.subject} asks for {product.name} resources ({', '.join(product.resources)}); gpupolicy "
+            f"does not check them: {product.managed_by} schedules and limits them",
+            path, "size these pods with the cloud's own documentation (" + product.source + ")",
+            severity="info", span=doc.source.span(path, key=True))
 
 
 def _not_checked(obj: dict[str, Any], path: Path, span: Any) -> Diagnostic:

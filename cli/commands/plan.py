@@ -113,7 +113,8 @@ def _targets(args: argparse.Namespace, figures: Figures) -> tuple[ResolvedPolicy
         resolved = load_or_report(args.policy)
         if isinstance(resolved, int):
             return 2  # the spec is an input here: a broken one is bad input
-        hami = "hami" in resolved.policy.model_fields_set or "vgpu" in (args.modes or "")
+        # HAMi runs where the spec says how (spec.hami) or already has a vgpu class.
+        hami = "hami" in resolved.spec.model_fields_set or bool(resolved.vgpu_classes) or "vgpu" in (args.modes or "")
         return resolved, candidates.targets_for_policy(resolved, modes=modes, vgpu=hami)
     found = []
     for name in args.gpu:

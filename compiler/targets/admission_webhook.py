@@ -450,7 +450,7 @@ def _webhook(
         "clientConfig": client,
         "failurePolicy": admission.failure_policy,
         "matchPolicy": "Equivalent",
-        "namespaceSelector": {"matchExpressions": [_expression(r) for r in namespace_requirements]},
+        "namespaceSelector": {"matchExpressions": [objects.selector_expression(r) for r in namespace_requirements]},
         "objectSelector": {},
         "rules": [
             {"apiGroups": [group], "apiVersions": ["v1"], "operations": list(operations),
@@ -461,13 +461,6 @@ def _webhook(
         "timeoutSeconds": admission.timeout_seconds,
         "matchConditions": [{"name": n, "expression": e} for n, e in MATCH_CONDITIONS],
     }
-
-
-def _expression(requirement: selectors.Requirement) -> Obj:
-    out: Obj = {"key": requirement.key, "operator": requirement.operator}
-    if requirement.operator in ("In", "NotIn"):
-        out["values"] = sorted(requirement.values)
-    return out
 
 
 # ---------------------------------------------------------------- cert-manager

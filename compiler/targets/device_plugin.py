@@ -106,14 +106,20 @@ def _replicated(rename_by_default: bool, fail_above_one: bool, resources: list[t
 
 def render_standalone(resolved: ResolvedPolicy) -> dict[str, Obj]:
     """File stem -> object: per class one ConfigMap (content-named) and one plugin DaemonSet, plus the MPS
-    control daemon of MPS classes.  Each class's objects depend on that class alone, so changing one class
-    leaves every other class's DaemonSet byte-identical."""
+    control daemon of MPS classes.  vgpu classes run HAMi's plugin instead (compiler.targets.hami); their config
+    is written only where GPU Feature Discovery runs, which reads it (no sharing: HAMi's is not GFD's business).
+    Each class's objects depend on that class alone, so changing one class leaves every other class's DaemonSet
+    byte-identical."""
     policy = resolved.policy
     out: dict[str, Obj] = {}
     for node_class in sorted(resolved.classes, key=lambda nc: nc.name):
+        if node_class.vgpu is not None and not policy.spec.device_plugin.labels_nodes:
+            continue
         config_map = _class_config_map(policy, node_class)
         name = config_map["metadata"]["name"]
         out[f"configmap-{node_class.name}"] = config_map
+        if node_class.vgpu is not None:
+            continue
         out[f"daemonset-{node_class.name}"] = _plugin_daemon_set(policy, node_class, name)
         if node_class.mps_daemon:
             out[f"daemonset-mps-control-daemon-{node_class.name}"] = _mps_daemon_set(policy, node_class, name)

@@ -19,7 +19,7 @@ def render_operator_configs(resolved: ResolvedPolicy) -> Obj:
     label nvidia.com/device-plugin.config that makes the operator's config-manager pick it (§4, §7)."""
     policy = resolved.policy
     plugin = policy.spec.device_plugin
-    data = {nc.name: render_config_text(plugin, nc) for nc in resolved.classes}
+    data = {nc.name: render_config_text(plugin, nc) for nc in resolved.plugin_classes}
     return objects.config_map(
         OPERATOR_CONFIGS,
         dict(sorted(data.items())),
@@ -28,7 +28,7 @@ def render_operator_configs(resolved: ResolvedPolicy) -> Obj:
     )
 
 
-def cluster_policy_fields(resolved: ResolvedPolicy, configs: str, mig_configs: str | None) -> Obj:
+def cluster_policy_fields(resolved: ResolvedPolicy, configs: str | None, mig_configs: str | None) -> Obj:
     """The ClusterPolicy spec fields gpupolicy decides, and nothing else (every value valid in every operator
     release v23.3 - v26.7: schemas/gpu-operator/).
 
@@ -38,16 +38,15 @@ def cluster_policy_fields(resolved: ResolvedPolicy, configs: str, mig_configs: s
     migManager.config.default all-disabled: the operator then labels unlabelled MIG-capable nodes with it, so
     non-MIG classes need no label; the tree's mig-parted config defines all-disabled (mig.md §5).
     """
-    spec: Obj = {
-        "devicePlugin": {"config": {"default": resolved.default_config, "name": configs}},
-        "mig": {"strategy": resolved.spec.operator_mig_strategy},
-    }
+    spec: Obj = {"mig": {"strategy": resolved.spec.operator_mig_strategy}}
+    if configs is not None:  # None: every class is vgpu, and HAMi's plugin replaces the operator's everywhere
+        spec["devicePlugin"] = {"config": {"default": resolved.default_config, "name": configs}}
     if mig_configs is not None:
         spec["migManager"] = {"config": {"default": MIG_ALL_DISABLED, "name": mig_configs}}
     return spec
 
 
-def render_cluster_policy(resolved: ResolvedPolicy, configs: str, mig_configs: str | None) -> Obj:
+def render_cluster_policy(resolved: ResolvedPolicy, configs: str | None, mig_configs: str | None) -> Obj:
     """installer olm: the fields above as a partial ClusterPolicy for server-side apply.
 
     No labels: the object belongs to whoever created it, and a partial object carries only fields gpupolicy
@@ -61,7 +60,7 @@ def render_cluster_policy(resolved: ResolvedPolicy, configs: str, mig_configs: s
                                         cluster_policy_fields(resolved, configs, mig_configs))
 
 
-def render_helm_values(resolved: ResolvedPolicy, configs: str, mig_configs: str | None) -> Obj:
+def render_helm_values(resolved: ResolvedPolicy, configs: str | None, mig_configs: str | None) -> Obj:
     """installer helm: the same fields as values of the operator's chart, so its release renders them into the
     ClusterPolicy it owns and no second writer exists (templates/clusterpolicy.yaml maps devicePlugin.config,
     mig.strategy and migManager.config one to one, v23.3 - v26.7)."""

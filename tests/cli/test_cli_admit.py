@@ -156,6 +156,29 @@ spec:
     assert capsys.readouterr().out.startswith(f"{manifest}:2:1: info[workload-not-checked]: RayCluster ray requests")
 
 
+@pytest.mark.parametrize(("limits", "product"), [
+    ("{tke.cloud.tencent.com/qgpu-core: 50, tke.cloud.tencent.com/qgpu-memory: 8}", "Tencent TKE qGPU"),
+    ("{aliyun.com/gpu-mem: 8}", "Alibaba ACK cGPU"),
+])
+def test_cloud_vgpu_requests_get_a_notice_that_gpupolicy_does_not_check_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], limits: str, product: str
+) -> None:
+    manifest = write(tmp_path, "cloud.yaml", f"""\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: cloud}}
+spec:
+  template:
+    spec:
+      containers:
+        - {{name: app, image: app:1, resources: {{limits: {limits}}}}}
+""")
+    assert main(["admit", "-p", TKE, manifest]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{manifest}:6:5: info[cloud-vgpu-not-checked]: Deployment cloud asks for {product}")
+    assert "gpupolicy does not check them" in out
+
+
 def test_a_spec_with_errors_is_reported_like_validate_and_nothing_is_admitted(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

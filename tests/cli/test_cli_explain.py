@@ -26,7 +26,7 @@ def test_the_table_shows_each_class_and_the_2_to_11_slots_of_the_seed(capsys: py
     assert "l20: sizing floor((46068 - 4606 reserve) / 4621) = 8 replicas, 4494 MiB headroom" in out
 
 
-@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig"])
+@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"])
 def test_json_output_is_the_committed_report_json(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", "--output", "json", str(CLUSTERS / name / "cluster.yaml")]) == 0
     printed = capsys.readouterr().out
@@ -55,3 +55,19 @@ def test_a_spec_with_errors_exits_1_with_its_diagnostics(tmp_path: Path, capsys:
     assert main(["explain", str(spec)]) == 1
     out, err = capsys.readouterr()
     assert out == "" and "error[" in err
+
+
+def test_the_vgpu_floor_shows_its_capacity_isolation_and_overhead_beside_the_other_modes(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(CLUSTERS / "vgpu-platform" / "cluster.yaml")]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines()[1:4]}
+    assert rows["platform-vgpu"].split()[:9] == ["platform-vgpu", "NVIDIA-L40S", "vgpu", "4", "16", "16", "80",
+                                                 "nvidia.com/gpu", "8192"]
+    assert rows["platform-vgpu"].endswith("HAMi-core software limits on memory and SMs per container "
+                                          "(no fault isolation)")
+    assert rows["prod-mig"].split()[2] == "mig" and rows["dev-ts"].split()[2] == "time-slicing"
+    assert "platform-vgpu: overhead ~5-10% (HAMi-core intercepts every CUDA call" in out
+    assert "prod-mig: overhead ~2-3%" in out and "dev-ts: overhead ~10-15%" in out
+    assert "platform-vgpu: vGPUs: up to 5 per GPU." in out
+    assert "helm upgrade --install hami hami-charts/hami --version 2.10.0" in out

@@ -6,12 +6,14 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import get_args
 
 import jsonschema
 import pytest
 import yaml
 
 from cli.main import main
+from policy.model import RuleId
 from policy.schemas import render_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,7 +44,7 @@ DENIED_CASE = f"""\
 
 
 def test_every_example_cluster_has_a_suite_and_they_all_pass(capsys: pytest.CaptureFixture[str]) -> None:
-    assert {p.parent.name for p in EXAMPLES} == {"tke-l20-t4", "h20-mig", "mixed-fleet"}
+    assert {p.parent.name for p in EXAMPLES} == {"tke-l20-t4", "h20-mig", "mixed-fleet", "vgpu-platform"}
     assert main(["test", *map(str, EXAMPLES)]) == 0
     out = capsys.readouterr().out
     assert "FAIL" not in out
@@ -55,8 +57,7 @@ def test_the_example_suites_cover_every_rule_on_both_sides() -> None:
         for case in yaml.safe_load(path.read_text(encoding="utf-8"))["cases"]:
             denied.update(case["expect"].get("rules", []))
             allowed += case["expect"]["allowed"]
-    assert denied == {"gpu-request-unsatisfiable", "mig-strategy-mismatch", "shared-gpu-request-above-one",
-                      "tenant-sharing-mode-denied"}
+    assert denied == set(get_args(RuleId))
     assert allowed >= 10
 
 

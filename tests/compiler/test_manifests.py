@@ -17,7 +17,7 @@ from external_tools import require_tool
 from jsonschema import Draft202012Validator
 
 from compiler import compile_policy
-from compiler.targets import device_plugin, gpu_operator
+from compiler.targets import device_plugin, gpu_operator, hami
 from compiler.tree import Tree
 from policy.model import ClusterGPUPolicy
 from policy.resolve import resolve
@@ -35,7 +35,8 @@ CUSTOM_KINDS = {
 
 def objects(tree: Tree) -> Iterator[tuple[str, dict[str, Any]]]:
     for path, data in tree.items():
-        if path.endswith(".yaml") and not path.endswith("kustomization.yaml") and path != gpu_operator.VALUES_FILE:
+        if path.endswith(".yaml") and not path.endswith("kustomization.yaml") and \
+                path not in (gpu_operator.VALUES_FILE, hami.VALUES_PATH):
             yield path, yaml.safe_load(data)
 
 

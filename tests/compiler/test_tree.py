@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from compiler import compile_policy
-from compiler.targets import gpu_operator
+from compiler.targets import gpu_operator, hami
 from compiler.tree import MARKER, Tree
 from policy.model import ClusterGPUPolicy
 
@@ -118,7 +118,7 @@ def test_sizing_change_in_the_tke_spec_renames_only_the_t4_configmap(example_pol
     assert before["device-plugin/configmap-l20.yaml"] == after["device-plugin/configmap-l20.yaml"]
 
 
-@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig"])
+@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"])
 def test_compiling_twice_gives_identical_bytes(example_policy: Load, name: str) -> None:
     assert compile_policy(example_policy(name)).files == compile_policy(example_policy(name)).files
 
@@ -126,7 +126,7 @@ def test_compiling_twice_gives_identical_bytes(example_policy: Load, name: str) 
 # ----------------------------------------------------------------------- what every tree looks like
 
 
-@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig"])
+@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"])
 def test_every_object_is_one_file_with_lf_endings_sorted_keys_and_a_marker(example_policy: Load, name: str) -> None:
     tree = compile_policy(example_policy(name))
     assert MARKER in tree
@@ -138,7 +138,7 @@ def test_every_object_is_one_file_with_lf_endings_sorted_keys_and_a_marker(examp
             assert list(documents[0]) == sorted(documents[0]), path
 
 
-@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig"])
+@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"])
 def test_kustomizations_use_labels_never_common_labels_and_list_every_file(example_policy: Load, name: str) -> None:
     tree = compile_policy(example_policy(name))
     top = doc(tree, "kustomization.yaml")
@@ -151,13 +151,14 @@ def test_kustomizations_use_labels_never_common_labels_and_list_every_file(examp
         assert listed == {p for p in tree if p.startswith(f"{directory}/") and not p.endswith("/kustomization.yaml")}
 
 
-@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig"])
+@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"])
 def test_content_named_configmaps_come_first_and_are_never_pruned_mid_rollout(
     example_policy: Load, name: str
 ) -> None:
     tree = compile_policy(example_policy(name))
     for path in tree:
-        if not path.endswith(".yaml") or path.endswith("kustomization.yaml") or path == gpu_operator.VALUES_FILE:
+        if not path.endswith(".yaml") or path.endswith("kustomization.yaml") or \
+                path in (gpu_operator.VALUES_FILE, hami.VALUES_PATH):
             continue
         obj = doc(tree, path)
         annotations = obj["metadata"].get("annotations", {})

@@ -66,6 +66,7 @@ kind: ClusterGPUPolicy
 metadata: {{name: gate}}
 spec:
   kubernetesVersion: "{k8s}"
+  hami: {{version: {hami}}}
   devicePlugin:
     version: {plugin}
     flags: {{deviceListStrategy: {strategy}}}
@@ -85,13 +86,15 @@ GATE_CASES: dict[tuple[str, str | None], tuple[dict[str, str], str, str, str]] =
                                                                  "v0.15.0"),
     ("spec.nodeClasses[].sharing.mps", None): ({"sharing": "{mps: {replicas: 4}}"}, "plugin", "v0.14.5", "v0.15.0"),
     ("spec.admission.enabled", "true"): ({}, "k8s", "1.27", "1.28"),
+    ("spec.hami.version", None): ({"sharing": "{vgpu: {splitCount: 4}}"}, "hami", "v2.9.0", "v2.10.0"),
 }
 
 
 @pytest.mark.parametrize("gate", specdoc.VERSION_GATES, ids=[f"{g.field}={g.value}" for g in specdoc.VERSION_GATES])
 def test_each_documented_version_gate_is_enforced_exactly_at_its_version(gate: specdoc.Gate) -> None:
     settings, knob, below, at = GATE_CASES[(gate.field, gate.value)]
-    values = {"k8s": "1.30", "plugin": "v0.17.1", "strategy": "envvar", "sharing": "exclusive", **settings}
+    values = {"k8s": "1.30", "plugin": "v0.17.1", "strategy": "envvar", "sharing": "exclusive", "hami": "v2.10.0",
+              **settings}
 
     def codes(version: str) -> list[str]:
         text = BASE.format(**{**values, knob: version})

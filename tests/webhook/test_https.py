@@ -35,6 +35,7 @@ from webhook_support import (
 )
 
 from cli.main import main as gpupolicy
+from policy.offers import AdmissionPolicy
 from webhook import tls
 
 pytestmark = pytest.mark.slow
@@ -158,11 +159,11 @@ def serial_of(pem: bytes) -> int:
     return x509.load_pem_x509_certificate(pem).serial_number
 
 
-def start_server(root: Path, **env: str) -> Server:
+def start_server(root: Path, policy: AdmissionPolicy = TKE, **env: str) -> Server:
     cert_dir, policy_dir = KubeletVolume(root / "tls"), KubeletVolume(root / "policy")
     bundle = make_certs(root / "issued-0")
     cert_dir.write({"tls.crt": bundle["tls.crt"], "tls.key": bundle["tls.key"]})
-    policy_dir.write({"admission-policy.json": TKE.to_json()})
+    policy_dir.write({"admission-policy.json": policy.to_json()})
     port = free_port()
     log = root / "server.log"
     environment = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
