@@ -469,8 +469,8 @@ def _class_section(c: ClassReport, plugin: str) -> list[str]:
         memory = f"{_mib(s.memory_mib)} per slot"
         if not s.memory_enforced:
             memory += f", not enforced ({s.replicas} slots share one {s.device_memory_mib} MiB device)"
-        named = f", which device plugin {plugin} advertises as `{s.resource}`" if s.renamed else ""
-        what = f"{s.mig_profile} instances{named}; " if s.mig_profile else ""
+        what = f"{s.mig_profile} instances, which device plugin {plugin} advertises as `{s.resource}`; " \
+            if s.renamed else ""
         out.append(f"- After: {s.per_node} `{s.resource}` per node ({per}); {what}{memory}; "
                    f"isolation: {s.isolation}")
     out += [f"- {line}" for line in c.details]
