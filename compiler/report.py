@@ -7,7 +7,7 @@ from typing import Any
 
 from compiler.targets import gpu_operator
 from compiler.targets import hami as hami_target
-from policy import advice, checks, hami, labels
+from policy import advice, checks, hami, labels, releases
 from policy.diagnostics import format_path
 from policy.hami_scope import hami_scope
 from policy.model import HamiResourceNames
@@ -57,6 +57,14 @@ class Slots:
     devices_per_node: int
     memory_estimated: bool = False
     """The device's memory is the catalog's estimate, not a measured figure."""
+    mig_profile: str | None = None
+    """The MIG profile behind the slots; its name may differ from the resource's (policy/releases.py)."""
+
+    @property
+    def renamed(self) -> bool:
+        """The targeted plugin release advertises the profile under another resource name than its own."""
+        return self.mig_profile is not None and self.resource not in (
+            EXCLUSIVE, releases.mig_resource(self.mig_profile, "mixed"))
 
 
 @dataclass(frozen=True)
@@ -146,7 +154,8 @@ def _slots_dict(s: Slots) -> dict[str, Any]:
     return {"resource": s.resource, "perNode": s.per_node, "total": s.total, "memoryMiB": s.memory_mib,
             "memoryEnforced": s.memory_enforced, "memoryEstimated": s.memory_estimated,
             "deviceMemoryMiB": s.device_memory_mib,
-            "isolation": s.isolation, "replicas": s.replicas, "devicesPerNode": s.devices_per_node}
+            "isolation": s.isolation, "replicas": s.replicas, "devicesPerNode": s.devices_per_node,
+            "migProfile": s.mig_profile}
 
 
 def _class_dict(c: ClassReport) -> dict[str, Any]:
@@ -252,7 +261,8 @@ def _slots(offer: Offer, nodes: int | None, gpu_memory_mib: int) -> Slots:
         # Time-sliced MIG instances share the instance's memory among their replicas, with no limit.
         share = offer.memory_mib // offer.replicas
         return Slots(offer.resource, offer.per_node, total, share, offer.memory_enforced, offer.memory_mib,
-                     _isolation(offer), offer.replicas, offer.devices_per_node, offer.memory_estimated)
+                     _isolation(offer), offer.replicas, offer.devices_per_node, offer.memory_estimated,
+                     offer.mig_profile)
     return Slots(offer.resource, offer.per_node, total, offer.memory_mib, offer.memory_enforced, gpu_memory_mib,
                  _isolation(offer), offer.replicas, offer.devices_per_node)
 
@@ -421,7 +431,7 @@ def render_markdown(report: CapacityReport) -> str:
         lines.append(f"Totals leave out classes without a node count: {', '.join(report.uncounted)}.")
     lines += ["", "## Per class", "", _class_table(report)]
     for c in report.classes:
-        lines += ["", *_class_section(c)]
+        lines += ["", *_class_section(c, report.plugin_version)]
     lines += ["", "## Node labels", "", *_label_plan(report)]
     lines += ["", "## Warnings and advice", ""]
     lines += [f"- {f.severity} `{f.code}` at `{f.path}`: {f.message}" + (f" Fix: {f.hint}" if f.hint else "")
@@ -448,7 +458,7 @@ def picture_path(class_name: str) -> str:
     return f"pictures/{class_name}.svg"
 
 
-def _class_section(c: ClassReport) -> list[str]:
+def _class_section(c: ClassReport, plugin: str) -> list[str]:
     out = [f"### {c.name}" + (f": {c.description}" if c.description else ""), "",
            f"![{c.name}: {'MIG layout' if c.mode == 'mig' else 'slots before and after'}]({picture_path(c.name)})",
            ""]
@@ -459,7 +469,10 @@ def _class_section(c: ClassReport) -> list[str]:
         memory = f"{_mib(s.memory_mib)} per slot"
         if not s.memory_enforced:
             memory += f", not enforced ({s.replicas} slots share one {s.device_memory_mib} MiB device)"
-        out.append(f"- After: {s.per_node} `{s.resource}` per node ({per}); {memory}; isolation: {s.isolation}")
+        what = f"{s.mig_profile} instances, which device plugin {plugin} advertises as `{s.resource}`; " \
+            if s.renamed else ""
+        out.append(f"- After: {s.per_node} `{s.resource}` per node ({per}); {what}{memory}; "
+                   f"isolation: {s.isolation}")
     out += [f"- {line}" for line in c.details]
     out.append(f"- Overhead: {c.overhead}")
     if c.sizing:

@@ -9,11 +9,15 @@ import functools
 import itertools
 import os
 import shutil
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from compiler.tree import MARKER  # the ownership file every compiled tree carries
+from compiler.tree import MARKER, recorded_paths  # the ownership file every compiled tree carries
+
+# A file of a compiled tree is a few KiB; one far larger was put there by hand, and is compared unread.
+MAX_READ_BYTES = 16 * 1024 * 1024
 
 _STAGING, _RETIRED = "new", "old"
 
@@ -29,6 +33,9 @@ class Drift:
     missing: tuple[str, ...]
     changed: tuple[str, ...]
     extra: tuple[str, ...]
+    """Files gpupolicy wrote and no longer produces: a write deletes them."""
+    foreign: tuple[str, ...] = ()
+    """Files gpupolicy did not write (added by hand): kept, and not drift, unless pruned."""
     on_disk: Mapping[str, bytes] = field(default_factory=dict, repr=False, compare=False)
     wanted: Mapping[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
@@ -50,38 +57,125 @@ class Drift:
         return f"{len(self.changed)} changed, {len(self.missing)} missing, {len(self.extra)} extra file(s)"
 
 
+# ----------------------------------------------------------------------- what is there
+
+
+@dataclass(frozen=True)
+class _Inventory:
+    """An output directory as found: its regular files, its empty directories, and what its marker records."""
+
+    exists: bool
+    files: tuple[str, ...] = ()
+    empty_dirs: tuple[str, ...] = ()
+    recorded: frozenset[str] | None = None
+    """The files the marker says gpupolicy wrote; None without a marker or with one that lists none."""
+
+    def foreign(self, tree: Mapping[str, bytes]) -> tuple[str, ...]:
+        """Files gpupolicy did not write: neither recorded in the marker nor produced now."""
+        ours = self.recorded or frozenset()
+        return tuple(p for p in self.files if p != MARKER and p not in ours and p not in tree)
+
+
+def _inventory(out_dir: Path) -> _Inventory:
+    """What is at out_dir, refusing (WriteError) anything gpupolicy must not read or replace.
+
+    Ownership is decided from the marker alone, before anything else is read: a foreign directory (a home,
+    a repository, /) is refused at once. Inside an output, nothing is followed or opened but regular files
+    and directories: a symlink, FIFO, socket or device there was put by hand and is refused, never read.
+    """
+    try:
+        info = os.lstat(out_dir)
+    except (FileNotFoundError, NotADirectoryError):  # nothing there yet (an ancestor may be a file: see the write)
+        return _Inventory(False)
+    if stat.S_ISLNK(info.st_mode):
+        raise WriteError(f"{out_dir} is a symlink; gpupolicy replaces its output directory as a whole, so "
+                         f"point -o at the real directory ({os.path.realpath(out_dir)})")
+    if not stat.S_ISDIR(info.st_mode):
+        raise WriteError(f"{out_dir} exists and is not a directory; remove it or choose another -o")
+    marker = _marker(out_dir)
+    if marker is None:
+        with os.scandir(out_dir) as entries:
+            if next(entries, None) is not None:
+                raise WriteError(f"{out_dir} is not empty and has no {MARKER} file, so it is not a gpupolicy "
+                                 "output; refusing to read or replace it (choose a new or empty directory)")
+        return _Inventory(True)
+    files: list[str] = []
+    empty: list[str] = []
+    pending = [out_dir]
+    while pending:
+        directory = pending.pop()
+        with os.scandir(directory) as scan:
+            entries = sorted(scan, key=lambda e: e.name)
+        if not entries and directory != out_dir:
+            empty.append(Path(directory).relative_to(out_dir).as_posix())
+        for entry in entries:
+            path = Path(entry.path)
+            mode = entry.stat(follow_symlinks=False).st_mode
+            if stat.S_ISDIR(mode):
+                pending.append(path)
+            elif stat.S_ISREG(mode):
+                files.append(path.relative_to(out_dir).as_posix())
+            else:
+                raise WriteError(f"{path} is {_kind(mode)}, which gpupolicy never writes: the output was changed "
+                                 "by hand; move it away and compile again")
+    return _Inventory(True, tuple(sorted(files)), tuple(sorted(empty)), recorded_paths(marker))
+
+
+def _marker(out_dir: Path) -> str | None:
+    """The marker's text, or None when out_dir has no marker that is a regular file."""
+    path = out_dir / MARKER
+    try:
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            return None
+    except FileNotFoundError:
+        return None
+    return _read_bounded(path).decode("utf-8", errors="replace")
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symlink"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "a device file" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file"
+
+
+def _read_bounded(path: Path) -> bytes:
+    # O_NOFOLLOW | O_NONBLOCK: should the file have been swapped for a symlink or a FIFO since it was listed,
+    # opening it fails or returns at once instead of following the link or waiting for a writer.
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as stream:
+        if not stat.S_ISREG(os.fstat(stream.fileno()).st_mode):
+            raise WriteError(f"{path} is not a regular file, which gpupolicy never writes; move it away")
+        data = stream.read(MAX_READ_BYTES + 1)
+    if len(data) > MAX_READ_BYTES:
+        return f"(larger than {MAX_READ_BYTES // 1024 // 1024} MiB: not read, and never a file gpupolicy wrote)\n"\
+            .encode()
+    return data
+
+
 # ----------------------------------------------------------------------- check
 
 
 def check_tree(tree: Mapping[str, bytes], out_dir: Path) -> Drift:
     """Compare `tree` with `out_dir` without writing anything; a missing directory means every file is missing.
 
-    Raises WriteError when `out_dir` exists but is not a directory or cannot be read.
+    Files gpupolicy did not write (not recorded in the marker, not produced now) are listed as `foreign` and
+    never read. Raises WriteError when `out_dir` is not a gpupolicy output or cannot be read.
     """
     try:
-        if out_dir.exists() and not out_dir.is_dir():
-            raise WriteError(f"{out_dir} exists and is not a directory")
-        on_disk = _read_tree(out_dir) if out_dir.exists() else {}
+        found = _inventory(out_dir)
+        foreign = found.foreign(tree)
+        skip = set(foreign)
+        on_disk = {path: _read_bounded(out_dir / path) for path in found.files if path not in skip}
     except OSError as err:
         raise WriteError(f"cannot read {out_dir}: {err.strerror or err}") from err
     missing = tuple(sorted(set(tree) - set(on_disk)))
     extra = tuple(sorted(set(on_disk) - set(tree)))
     changed = tuple(sorted(p for p in set(tree) & set(on_disk) if tree[p] != on_disk[p]))
-    return Drift(missing, changed, extra, on_disk, tree)
-
-
-def _read_tree(root: Path) -> dict[str, bytes]:
-    """Every entry under root as relative path -> bytes; a symlink reads as its target's path, so it
-    always differs from what the compiler (which writes none) produces."""
-    found: dict[str, bytes] = {}
-    for directory, dirnames, filenames in os.walk(root):
-        base = Path(directory)
-        links = [d for d in dirnames if (base / d).is_symlink()]
-        for name in sorted(filenames + links):
-            path = base / name
-            relative = path.relative_to(root).as_posix()
-            found[relative] = os.fsencode(os.readlink(path)) if path.is_symlink() else path.read_bytes()
-    return found
+    return Drift(missing, changed, extra, foreign, on_disk, tree)
 
 
 def _unified(path: str, old: bytes | None, new: bytes | None) -> str:
@@ -99,31 +193,39 @@ def _lines(data: bytes | None) -> list[str]:
 # ----------------------------------------------------------------------- write
 
 
-def write_tree(tree: Mapping[str, bytes], out_dir: Path) -> None:
-    """Replace `out_dir` with exactly `tree`, atomically.
+def write_tree(tree: Mapping[str, bytes], out_dir: Path, *, prune_unknown: bool = False) -> tuple[str, ...]:
+    """Replace `out_dir` with `tree`, atomically; return the files gpupolicy did not write that it kept (or,
+    with `prune_unknown`, deleted).
 
     The new tree is built completely in a sibling directory, then swapped in by rename; until the swap the
     old tree is untouched, and a failure or interrupt at any point leaves either the old or the new tree,
-    never a mix.  Refuses (WriteError) a path that is a symlink, a file, or a non-empty directory that is
-    not a previous gpupolicy output (no marker file), so a typo in -o never deletes anyone's files.
+    never a mix. Files and empty directories added to the old tree by hand (not listed in its marker) are
+    carried into the new one, unless `prune_unknown`. Refuses (WriteError) a path that is a symlink, a file,
+    or a non-empty directory that is not a previous gpupolicy output (no marker file), so a typo in -o never
+    deletes anyone's files.
     """
     if MARKER not in tree:
         raise ValueError(f"a tree without its {MARKER} file could never be replaced again")
     out_dir = Path(os.path.abspath(out_dir))
     parent = out_dir.parent
     try:
+        found = _inventory(out_dir)
+        foreign = found.foreign(tree)
         _ensure_parent(parent)
         _recover(parent, out_dir.name)
-        _refuse_foreign(out_dir)
+        _check_tree_writable(out_dir, found)
         staging = _new_sibling(parent, out_dir.name, _STAGING)
         try:
             _fill(staging, tree)
+            if not prune_unknown:
+                _carry(out_dir, staging, foreign, found.empty_dirs, tree)
             retired = _swap(staging, out_dir)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)  # the half-built tree never becomes the output
             raise
         if retired is not None:
             shutil.rmtree(retired)
+        return foreign
     except PermissionError as err:
         raise WriteError(f"cannot write {out_dir}: permission denied ({err.filename or parent}); "
                          "check the directory's permissions or choose another -o") from err
@@ -144,25 +246,35 @@ def _ensure_parent(parent: Path) -> None:
     _check_writable(parent)
 
 
-def _refuse_foreign(out_dir: Path) -> None:
-    if out_dir.is_symlink():
-        raise WriteError(f"{out_dir} is a symlink; gpupolicy replaces its output directory as a whole, so "
-                         f"point -o at the real directory ({os.path.realpath(out_dir)})")
-    if not out_dir.exists():
+def _check_tree_writable(out_dir: Path, found: _Inventory) -> None:
+    """Every directory of the old tree must be writable, or its retired copy could not be deleted."""
+    if not found.exists:
         return
-    if not out_dir.is_dir():
-        raise WriteError(f"{out_dir} exists and is not a directory; remove it or choose another -o")
-    entries = list(out_dir.iterdir())
-    marker = out_dir / MARKER
-    if entries and not (marker.is_file() and not marker.is_symlink()):
-        raise WriteError(f"{out_dir} is not empty and has no {MARKER} file, so it is not a gpupolicy output; "
-                         "refusing to replace it (choose a new or empty directory)")
-    for directory, dirnames, filenames in os.walk(out_dir):
-        for name in dirnames + filenames:
-            if (Path(directory) / name).is_symlink():
-                raise WriteError(f"{Path(directory) / name} is a symlink, which gpupolicy never writes: the "
-                                 f"output was changed by hand; move it away and compile again")
-        _check_writable(Path(directory))
+    directories = {out_dir, *(out_dir / p for p in found.empty_dirs)}
+    directories.update(out_dir / parent for p in found.files for parent in PurePosixPath(p).parents)
+    for directory in sorted(directories):
+        _check_writable(directory)
+
+
+def _carry(old: Path, new: Path, foreign: tuple[str, ...], empty_dirs: tuple[str, ...],
+           tree: Mapping[str, bytes]) -> None:
+    """Put the old tree's hand-added files and empty directories into the new tree: hard links where the file
+    system allows them (same file system, so no copy), copies otherwise. The old tree is left as it is."""
+    produced_dirs = {parent.as_posix() for path in tree for parent in PurePosixPath(path).parents}
+    for relative in (*foreign, *empty_dirs):
+        in_the_way = relative in tree or (relative in produced_dirs and relative not in empty_dirs)
+        if in_the_way or any(parent.as_posix() in tree for parent in PurePosixPath(relative).parents):
+            raise WriteError(f"{old / relative} was added by hand where gpupolicy now writes; move it away, or "
+                             "pass --prune-unknown to delete it")
+    for relative in empty_dirs:
+        (new / relative).mkdir(parents=True, exist_ok=True)  # an empty directory gpupolicy now fills stays
+    for relative in foreign:
+        target = new / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(old / relative, target, follow_symlinks=False)
+        except OSError:
+            shutil.copy2(old / relative, target, follow_symlinks=False)
 
 
 def _check_writable(directory: Path) -> None:

@@ -28,6 +28,7 @@ __all__ = [
     "MigGeometry",
     "MigProfile",
     "lookup",
+    "misspelt",
     "models",
     "parse_catalog",
     "strip_shared",
@@ -62,6 +63,9 @@ class MigProfile:
     uses_exclusive_engine: bool
     engines: tuple[tuple[str, int], ...] = ()
     memory_estimated: bool = False
+    nvml_enum: int = 0
+    """NVML's GPU instance profile enum (NVML_GPU_INSTANCE_PROFILE_*), which is not the GI profile ID: device-plugin
+    releases name and walk profiles by it (policy/releases.py)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,7 @@ class _Spec(BaseModel):
 
 
 class _SlotSpec(_Spec):
+    nvml_enum: NonNegativeInt
     compute_slices: PositiveInt
     size: PositiveInt
     max_count: PositiveInt
@@ -147,6 +152,9 @@ class _TableSpec(_Spec):
                 raise ValueError(f"profile {gi_id}: start {slot.starts[-1]} + size {slot.size} overruns the GPU")
             if slot.compute_slices > self.compute_slices:
                 raise ValueError(f"profile {gi_id}: more compute slices than the GPU has")
+        enums = [slot.nvml_enum for slot in self.profiles.values()]
+        if len(set(enums)) != len(enums):
+            raise ValueError("two GI profiles share one NVML profile enum")
             for kind, count in slot.engines.items():
                 if count > self.engine_pool.get(kind, 0):
                     raise ValueError(f"profile {gi_id}: needs {count} {kind}, the pool has fewer")
@@ -283,6 +291,7 @@ def _to_geometry(spec: _MigSpec, table: _TableSpec) -> MigGeometry:
             uses_exclusive_engine=bool(singletons & slot.engines.keys()),
             engines=tuple(sorted(slot.engines.items())),
             memory_estimated=spec.profiles[gi_id].estimated,
+            nvml_enum=slot.nvml_enum,
         )
         for gi_id, slot in table.profiles.items()
     )
@@ -332,6 +341,41 @@ def lookup(name: str) -> GpuModel | None:
     """
     key = name.lower()
     return _index().get(key) or _index().get(key.removeprefix("nvidia-"))
+
+
+def misspelt(name: str) -> str | None:
+    """The product whose label or alias `name` is one typo away from, when it is not in the catalog: a letter typed for
+    a digit (L2O for L20), punctuation mistyped, two neighbours swapped, or a character other than a digit dropped
+    or added. A digit changed, added or dropped names another GPU (A10 and A40, L4 and L40, H20 and H200), and so
+    does a letter typed for a letter (T4 and P4)."""
+    if lookup(name) is not None:
+        return None
+    wanted = name.lower()
+    found = []
+    for model in models():
+        for spelling in (model.product, *model.aliases):
+            key = spelling.lower()
+            pairs = ((wanted, key), (wanted.removeprefix("nvidia-"), key.removeprefix("nvidia-")))
+            kinds = [kind for a, b in pairs if (kind := _typo(a, b)) is not None]
+            if kinds:
+                found.append((min(kinds), model.product))
+    return min(found)[1] if found else None
+
+
+def _typo(a: str, b: str) -> int | None:
+    """How `a` is one typo from `b`: 0 a character mistyped, 1 two swapped, 2 one dropped or added; else None."""
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        if len(diff) == 1:
+            x, y = a[diff[0]], b[diff[0]]
+            return 0 if x.isdigit() != y.isdigit() or not (x.isalnum() or y.isalnum()) else None
+        swapped = len(diff) == 2 and diff[1] == diff[0] + 1 and (a[diff[0]], a[diff[1]]) == (b[diff[1]], b[diff[0]])
+        return 1 if swapped else None
+    if abs(len(a) - len(b)) != 1:
+        return None
+    short, long = sorted((a, b), key=len)
+    i = next((i for i in range(len(short)) if short[i] != long[i]), len(short))
+    return 2 if short[i:] == long[i + 1:] and not long[i].isdigit() else None
 
 
 def nearest_profile(name: str, candidates: Iterable[str]) -> str | None:

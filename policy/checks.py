@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from policy import catalog, drivers, mig, operator, selectors
+from policy import catalog, drivers, mig, operator, releases, selectors
 from policy.diagnostics import Diagnostic, did_you_mean
 from policy.hami_checks import HAMI_CHECKS
 from policy.labels import GFD_MUTABLE
-from policy.model import ClusterGPUPolicy, NodeClass, ReplicatedSharing, Sizing, Tenant
+from policy.model import ClusterGPUPolicy, NodeClass, PluginFlags, ReplicatedSharing, Sizing, Tenant
 from policy.resolve import ResolvedClass, ResolvedPolicy, resolve
 
 Check = Callable[[ResolvedPolicy], Iterator[Diagnostic]]
 
 #: Codes whose span is the offending key rather than its value.
-KEY_LOCATED = frozenset({"unknown-mig-profile", "mig-time-slicing-unknown-profile", "shared-product-selector"})
-
-_V = tuple[int, int, int]
+KEY_LOCATED = frozenset({"unknown-mig-profile", "mig-time-slicing-unknown-profile", "shared-product-selector",
+                         "mig-profile-needs-plugin-release", "mig-profiles-share-resource", "mig-resource-renamed"})
 
 
 def _classes(policy: ClusterGPUPolicy) -> Iterator[tuple[int, NodeClass]]:
@@ -56,6 +55,12 @@ def check_gpu_models(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
             yield Diagnostic("unknown-gpu-model", f"GPU model {nc.gpu.model!r} {what}",
                              _class_path(i, "gpu", "model"),
                              hint + " (or state gpu.memory for a model the catalog lacks; MIG is then unavailable)")
+        elif model is None and (near := catalog.misspelt(nc.gpu.model)) is not None:
+            yield Diagnostic("gpu-model-typo", f"GPU model {nc.gpu.model!r} is not in the catalog, but one typo away "
+                             f"from {near!r}, so gpu.memory is used and MIG is unavailable",
+                             _class_path(i, "gpu", "model"),
+                             f"did you mean {near!r}? If the nodes' nvidia.com/gpu.product label really is "
+                             f"{nc.gpu.model!r}, ignore this", severity="warning")
         elif model is not None and nc.gpu.memory is not None and int(nc.gpu.memory) > model.memory_mib:
             yield Diagnostic("memory-override-on-known-model",
                              f"gpu.memory {int(nc.gpu.memory)} MiB is more than a {model.product} has "
@@ -228,9 +233,12 @@ def _mig_groups(i: int, nc: NodeClass) -> Iterator[Diagnostic]:
                          "GPU of the node partitioned alike (GPU Feature Discovery labels the node MIG-INVALID)",
                          _class_path(i, "sharing", "mig", "groups"), "add a group for them, or use strategy: mixed")
     elif missing:
-        yield Diagnostic("mig-groups-incomplete", f"GPUs {missing} are in no group: mig-parted leaves them as they "
-                         "are, so the class's capacity is unknown", _class_path(i, "sharing", "mig", "groups"),
-                         "add a group for them (layout, or gpus: all)", severity="warning")
+        # mig-parted's assert requires every GPU of the node to match some entry (mig.md §4): the compiled config
+        # gives these GPUs an entry with MIG off, and mixed advertises them whole.
+        yield Diagnostic("mig-groups-incomplete", f"GPUs {missing} are in no group: the compiled mig-parted config "
+                         "turns MIG off on them, and the mixed strategy advertises them as whole nvidia.com/gpu",
+                         _class_path(i, "sharing", "mig", "groups"),
+                         "add a group for them if they should be partitioned too", severity="info")
 
 
 def _mig_layouts(i: int, nc: NodeClass, geometry: catalog.MigGeometry) -> Iterator[Diagnostic]:
@@ -278,7 +286,7 @@ def check_mps(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
         if nc.sharing.mps is None:
             continue
         path = _class_path(i, "sharing", "mps")
-        if plugin.version_tuple < (0, 15, 0):
+        if resolved.plugin_release.mps == "absent":
             yield Diagnostic("mps-unsupported-version", f"MPS sharing needs device plugin v0.15.0 or newer "
                              f"(spec uses {plugin.version}, which silently ignores sharing.mps)", path,
                              "set spec.devicePlugin.version to v0.15.0 or newer, or use timeSlicing")
@@ -291,28 +299,25 @@ def check_mps(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
                              f"replicas is {replicas}", where, f"use at most {model.mps_max_clients} replicas")
 
 
-# Flags and the plugin release that first reads them (k8s-device-plugin api/config/v1 per tag).
-_FLAG_GATES: tuple[tuple[str, object, _V, str], ...] = (
-    ("deviceListStrategy", "cdi-annotations", (0, 14, 0), "the cdi-annotations device list strategy"),
-    ("deviceListStrategy", "cdi-cri", (0, 15, 0), "the cdi-cri device list strategy"),
-)
-
-
 def check_plugin_version(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
     policy = resolved.policy
     plugin = policy.spec.device_plugin
-    version = plugin.version_tuple
-    if version < (0, 12, 0):
+    release = releases.find(plugin.version)
+    path = ("spec", "devicePlugin", "version")
+    if release is None:
+        known = releases.config_releases()
+        near = releases.nearest(plugin.version)
+        yield Diagnostic("unknown-plugin-version", f"device plugin {plugin.version} is not a release gpupolicy knows: "
+                         f"it knows {known[0].tag} to {known[-1].tag}, the releases that read a config file, and "
+                         "writes each config for what its release really parses and advertises", path,
+                         f"use a published release, such as {near.tag}")
+    elif not release.config_file:
         yield Diagnostic("unsupported-plugin-version", f"device plugin {plugin.version} reads no config file "
-                         "(config files arrived in v0.12.0)", ("spec", "devicePlugin", "version"),
+                         "(config files arrived in v0.12.0)", path,
                          "upgrade the plugin to v0.12.0 or newer (v0.14.5 is the oldest commonly deployed)")
         return
-    flags = plugin.flags.model_dump(by_alias=True)
-    for flag, value, since, what in _FLAG_GATES:
-        if flags.get(flag) == value and version < since:
-            yield Diagnostic("version-unsupported-feature", f"{what} needs device plugin "
-                             f"v{'.'.join(map(str, since))} or newer (spec uses {plugin.version})",
-                             ("spec", "devicePlugin", "flags", flag), "upgrade the plugin or pick another value")
+    else:
+        yield from _device_list_strategy(plugin.flags, release)
     if plugin.deploy == "gpu-operator" and plugin.image is not None:
         yield Diagnostic("operator-image-set", "devicePlugin.image is ignored with deploy: gpu-operator (the "
                          "ClusterPolicy chooses the plugin image)", ("spec", "devicePlugin", "image"),
@@ -321,6 +326,110 @@ def check_plugin_version(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
         yield Diagnostic("version-unsupported-feature", "the webhook registration uses matchConditions, which need "
                          "Kubernetes 1.28 or newer", ("spec", "kubernetesVersion"),
                          "target 1.28 or newer, or set admission.enabled: false")
+
+
+def _device_list_strategy(flags: PluginFlags, release: releases.Release) -> Iterator[Diagnostic]:
+    path = ("spec", "devicePlugin", "flags", "deviceListStrategy")
+    strategies = flags.device_list_strategies
+    for value in dict.fromkeys(strategies):
+        if value not in release.strategies:
+            since = next(r.tag for r in releases.config_releases() if value in r.strategies)
+            yield Diagnostic("version-unsupported-feature", f"the {value} device list strategy needs device plugin "
+                             f"{since} or newer (spec uses {release.tag})", path,
+                             "upgrade the plugin or pick another value")
+    if release.list_format == "string" and len(set(strategies)) > 1:
+        # v0.12 and v0.13 parse deviceListStrategy as one string (dp@v0.13.0:cmd/nvidia-device-plugin/main.go).
+        yield Diagnostic("version-unsupported-feature", "a list of device list strategies needs device plugin "
+                         f"v0.14.0 or newer; {release.tag} reads one string", path,
+                         "give one strategy, or upgrade the plugin")
+
+
+def check_mig_plugin_release(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    """What the targeted release really does with each MIG class's profiles (policy/releases.py): refused where
+    it would exit at start or fold two profiles into one resource, a warning where it merely names one
+    differently (the report, the admission policy and the config then use that name)."""
+    if releases.find(resolved.spec.device_plugin.version) is None:
+        return  # unknown-plugin-version already says what to fix
+    release = resolved.plugin_release
+    for i, rc in enumerate(resolved.classes):
+        mig_spec = rc.spec.sharing.mig
+        geometry = rc.gpu.mig if rc.gpu else None
+        if mig_spec is None or geometry is None or not rc.advertised:
+            continue
+        known = tuple(p for a in rc.advertised if (p := geometry.profile(a.profile)) is not None)
+        if len(known) < len(rc.advertised):
+            continue  # unknown-mig-profile already says what to fix
+        yield from _release_exits(i, rc, release, geometry, known)
+        if mig_spec.strategy == "mixed":
+            yield from _release_names(i, rc, release, geometry, known)
+
+
+def _release_exits(i: int, rc: ResolvedClass, release: releases.Release, geometry: catalog.MigGeometry,
+                   profiles: tuple[catalog.MigProfile, ...]) -> Iterator[Diagnostic]:
+    strategy = rc.mig_strategy
+    assert strategy != "none"
+    failing = [a for a in rc.advertised if not (a.starts and a.certain)]
+    if not failing:
+        return
+    needed = releases.oldest_advertising(geometry, profiles, strategy, own_names=False)
+    upgrade = (f"set spec.devicePlugin.version to {needed.tag} or newer, the oldest release from which every later "
+               "one starts with this layout" if needed else "no known release starts with this layout")
+    said: set[str] = set()
+    for outcome in failing:
+        hint = upgrade if outcome.any_layout else f"{upgrade}; or remove {outcome.profile} from it"
+        if outcome.reason in said:
+            continue  # a walk that fails whatever the layout is said once
+        said.add(outcome.reason)
+        if outcome.starts:
+            why = (f"what device plugin {release.tag} advertises {outcome.profile} instances as cannot be told: it "
+                   "names MIG devices by their memory, which the catalog only estimates for this GPU or which sits "
+                   f"on a whole GiB ({outcome.reason})")
+        else:
+            why = f"device plugin {release.tag} would exit at start on class {rc.name}'s nodes: {outcome.reason}"
+        yield Diagnostic("mig-profile-needs-plugin-release", why, _profile_path(i, rc, outcome.profile), hint)
+
+
+def _release_names(i: int, rc: ResolvedClass, release: releases.Release, geometry: catalog.MigGeometry,
+                   profiles: tuple[catalog.MigProfile, ...]) -> Iterator[Diagnostic]:
+    by_resource: dict[str, list[str]] = {}
+    for outcome in rc.advertised:
+        if outcome.starts and outcome.certain:
+            by_resource.setdefault(outcome.resource or "", []).append(outcome.profile)
+    needed = releases.oldest_advertising(geometry, profiles, "mixed", own_names=True)
+    upgrade = f"set spec.devicePlugin.version to {needed.tag} or newer" if needed else "no known release does"
+    for resource, names in sorted(by_resource.items()):
+        own = releases.mig_resource(names[0], "mixed")
+        if len(names) > 1:
+            folded = [n for n in names if releases.mig_resource(n, "mixed") != resource] or names[1:]
+            yield Diagnostic(
+                "mig-profiles-share-resource",
+                f"device plugin {release.tag} advertises {' and '.join(sorted(names))} instances all as {resource} "
+                f"({_reason(rc, folded[0])}): pods cannot ask for one or the other, and timeSlicing cannot tell "
+                "them apart", _profile_path(i, rc, folded[0]),
+                f"{upgrade} (each profile then has a resource of its own), or keep only one of "
+                f"{', '.join(sorted(names))}")
+        elif resource != own:
+            yield Diagnostic(
+                "mig-resource-renamed",
+                f"device plugin {release.tag} advertises {names[0]} instances as {resource}, not {own} "
+                f"({_reason(rc, names[0])}); the report, the admission policy and the timeSlicing config use "
+                f"{resource}", _profile_path(i, rc, names[0]),
+                f"request {resource} in pods, or {upgrade} for {own}", severity="warning")
+
+
+def _reason(rc: ResolvedClass, profile: str) -> str:
+    return next(a.reason for a in rc.advertised if a.profile == profile)
+
+
+def _profile_path(i: int, rc: ResolvedClass, profile: str) -> tuple[str | int, ...]:
+    """The profile's key in the first layout that names it."""
+    mig_spec = rc.spec.sharing.mig
+    assert mig_spec is not None
+    if mig_spec.layout is not None:
+        return _class_path(i, "sharing", "mig", "layout", profile)
+    assert mig_spec.groups is not None
+    g = next((g for g, group in enumerate(mig_spec.groups) if profile in group.layout), 0)
+    return _class_path(i, "sharing", "mig", "groups", g, "layout", profile)
 
 
 def check_tenants(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
@@ -426,11 +535,14 @@ def check_mps_flags(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
     plugin = policy.spec.device_plugin
     for i, nc in _classes(policy):
         mps = nc.sharing.mps
-        if mps is not None and not mps.fail_requests_greater_than_one and plugin.version_tuple < (0, 20, 0):
+        if mps is not None and not mps.fail_requests_greater_than_one and resolved.plugin_release.mps == "forced":
+            # The plugin overwrites the field after parsing, silently (dp@v0.15.0:api/config/v1/config.go:56-62):
+            # the config still loads, so this is a warning; the compiled config and the offer say true.
             yield Diagnostic("version-unsupported-feature", "MPS with failRequestsGreaterThanOne: false needs device "
-                             f"plugin v0.20.0 or newer; {plugin.version} forces it to true",
+                             f"plugin v0.20.0 or newer; {plugin.version} forces it to true, so a container asking "
+                             "for more than one replica is still refused",
                              _class_path(i, "sharing", "mps", "failRequestsGreaterThanOne"),
-                             "remove the field, or upgrade the plugin to v0.20.0")
+                             "remove the field, or upgrade the plugin to v0.20.0", severity="warning")
 
 
 def check_operator_release(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
@@ -488,6 +600,7 @@ CHECKS: tuple[Check, ...] = (
     check_mig,
     check_mps,
     check_plugin_version,
+    check_mig_plugin_release,
     check_tenants,
     *HAMI_CHECKS,
 )

@@ -59,6 +59,10 @@ Code = Literal[
     "mps-unsupported-version",
     "version-unsupported-feature",
     "unsupported-plugin-version",
+    "unknown-plugin-version",
+    "mig-profile-needs-plugin-release",
+    "mig-profiles-share-resource",
+    "mig-resource-renamed",
     "operator-image-set",
     "operator-mig-strategy-conflict",
     "operator-flags-ignored",
@@ -74,6 +78,7 @@ Code = Literal[
     "hami-webhook-scope-inexpressible",
     "vgpu-split-count-one",
     "vgpu-memory-overcommit",
+    "gpu-model-typo",
 ]
 
 
@@ -110,6 +115,28 @@ class PolicyError(Exception):
     def __init__(self, diagnostics: Sequence[Diagnostic]) -> None:
         self.diagnostics = tuple(diagnostics)
         super().__init__("; ".join(d.message for d in self.diagnostics) or "invalid policy")
+
+
+MAX_QUOTED_CHARS = 320  # a value quoted back into a message: past any valid name, never a megabyte
+
+
+def shorten(text: str, limit: int = MAX_QUOTED_CHARS) -> str:
+    """``text`` cut to ``limit`` characters, keeping its start and end and saying how much was left out: values
+    from the input are quoted into messages, and the input may hold a megabyte in one field."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 30, 2)
+    return f"{text[: keep - keep // 4]}…[{len(text) - keep} more characters]…{text[len(text) - keep // 4:]}"
+
+
+MAX_LINE_CHARS = 4000  # one finding as text: a denial's status.message and a log line stay readable
+_LONG_TOKEN = re.compile(rf"\S{{{MAX_QUOTED_CHARS + 1},}}")
+
+
+def bounded(text: str) -> str:
+    """A finding's text with every overlong run of non-blank characters (a value quoted from the input: no
+    Kubernetes name or label is longer than 316 characters) shortened, and the whole capped."""
+    return shorten(_LONG_TOKEN.sub(lambda m: shorten(m.group()), text), MAX_LINE_CHARS)
 
 
 def format_path(path: Path) -> str:

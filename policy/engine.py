@@ -11,7 +11,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from policy import selectors
-from policy.diagnostics import Diagnostic, Severity, format_path
+from policy.diagnostics import Diagnostic, Severity, bounded, format_path, shorten
 from policy.hami_rules import HamiAdmission
 from policy.model import RuleId
 from policy.offers import AdmissionPolicy, TenantDoc
@@ -29,6 +29,7 @@ from policy.workloads import (
 SEVERITY: Mapping[str, Severity] = {"enforce": "error", "warn": "warning", "audit": "info"}
 EVALUATED_OPERATIONS = frozenset({"CREATE", "UPDATE"})
 MAX_WARNING_CHARS = 120  # the API server's advice for response.warnings (webhook.md §1.2)
+MAX_MESSAGE_CHARS = 16_000  # a denial's status.message: every finding of an honest pod fits many times over
 DEFAULT_WHO = "namespaces outside every tenant"
 _FITTING_CACHE_SIZE = 4096  # distinct request totals remembered per engine
 
@@ -68,8 +69,8 @@ class Decision:
         if not chosen:
             return ""
         lines = [_line(d) for d in chosen]
-        head = f"{self.subject}: " if self.subject else ""
-        return head + "\n".join(lines)
+        head = f"{bounded(self.subject)}: " if self.subject else ""
+        return shorten(head + "\n".join(lines), MAX_MESSAGE_CHARS)  # a pod may have thousands of containers
 
 
 ALLOWED = Decision(True)
@@ -88,7 +89,7 @@ def _brief(text: str) -> str:
 def _line(d: Diagnostic) -> str:
     where = f" (at {format_path(d.path)})" if d.path else ""
     fix = f" Fix: {d.hint}" if d.hint else ""
-    return f"[{d.code}] {d.message}{where}{fix}"
+    return bounded(f"[{d.code}] {d.message}{where}{fix}")  # messages quote fields of the object under review
 
 
 @dataclass(frozen=True)

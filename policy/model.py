@@ -40,6 +40,10 @@ PluginVersion = Annotated[
 ]
 LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")]
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=316)]
+DeviceListStrategy = Literal["envvar", "volume-mounts", "cdi-annotations", "cdi-cri"]
+# The plugin decodes replicas into a Go int (int64) and checks only replicas >= 2 (k8s-device-plugin
+# api/config/v1/replicas.go, every release); a larger number fails to decode.
+MAX_REPLICAS = 2**63 - 1
 MigProfileName = Annotated[
     str,
     StringConstraints(pattern=r"^(\d+c\.)?\d+g\.\d+gb([+-][a-z][a-z0-9]*(\.[a-z0-9]+)*(,[a-z][a-z0-9]*(\.[a-z0-9]+)*)*)?$"),
@@ -121,12 +125,20 @@ class PluginFlags(Model):
     """Crash the plugin when NVML cannot start (the plugin's default). TKE ships false."""
     pass_device_specs: StrictBool = False
     """Pass /dev/nvidia* device specs to containers; needed with the CPU manager."""
-    device_list_strategy: Literal["envvar", "volume-mounts", "cdi-annotations", "cdi-cri"] = "envvar"
-    """How devices reach containers; cdi-annotations needs v0.14.0, cdi-cri v0.15.0."""
+    device_list_strategy: DeviceListStrategy | Annotated[tuple[DeviceListStrategy, ...], Field(min_length=1)] = \
+        "envvar"
+    """How devices reach containers: one strategy, or a list of them (device plugin v0.14.0+); cdi-annotations
+    needs v0.14.0, cdi-cri v0.15.0."""
     device_id_strategy: Literal["uuid", "index"] = "uuid"
     """Whether devices are passed by UUID or by index."""
     nvidia_driver_root: str = "/"
     """Where the driver is installed on the host (/run/nvidia/driver with the operator's driver container)."""
+
+    @property
+    def device_list_strategies(self) -> tuple[str, ...]:
+        """deviceListStrategy as a list, whichever way the spec wrote it."""
+        strategy = self.device_list_strategy
+        return (strategy,) if isinstance(strategy, str) else strategy
 
 
 OperatorVersion = Annotated[
@@ -351,7 +363,7 @@ def _count_or_sizing(count: int | None, sizing_: Sizing | None, field: str) -> N
 class ReplicatedSharing(Model):
     """Shared replicas per GPU: give replicas, or let sizing derive them from memory."""
 
-    replicas: StrictInt | None = Field(default=None, ge=1, le=1024)
+    replicas: StrictInt | None = Field(default=None, ge=1, le=MAX_REPLICAS)
     """Replicas per GPU (at least 2 to share anything)."""
     sizing: Sizing | None = None
     """Derive replicas from memory: floor((GPU memory - reserve) / memoryPerReplica)."""
@@ -410,7 +422,7 @@ class Mig(Model):
     """Profile counts per GPU, applied to every GPU of the node."""
     groups: tuple[MigGroup, ...] | None = None
     """Per-GPU-group layouts, instead of one layout for all GPUs."""
-    time_slicing: dict[MigProfileName, Annotated[StrictInt, Field(ge=1, le=1024)]] = Field(default_factory=dict)
+    time_slicing: dict[MigProfileName, Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)]] = Field(default_factory=dict)
     """Time-slicing replicas on top of MIG profiles, e.g. {1g.12gb: 2}."""
     fail_requests_greater_than_one: StrictBool = True
     """Reject a container that asks for more than one replica of a time-sliced MIG profile."""

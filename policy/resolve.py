@@ -13,12 +13,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from policy import catalog, hami, labels, operator, sizing
+from policy import catalog, hami, labels, operator, releases, sizing
 from policy.model import ClusterGPUPolicy, DevicePlugin, NodeClass, SharingMode, Spec, Tenant
+from policy.releases import GPU, MIG_PREFIX, Advertised
 
 Isolation = Literal["exclusive", "none", "mps-memory-limit", "mig-hardware", "hami-core"]
-GPU = "nvidia.com/gpu"
-MIG_PREFIX = "nvidia.com/mig-"
 
 
 @dataclass(frozen=True)
@@ -127,6 +126,11 @@ class ResolvedClass:
     """The tree runs NVIDIA's MIG manager on the class's nodes (standalone, and the class selects a MIG config)."""
     vgpu: ResolvedVgpu | None = None
     """HAMi's figures for a vgpu class (None for every other mode)."""
+    advertised: tuple[Advertised, ...] = ()
+    """Per MIG profile of the layout (by name), what the targeted plugin release advertises its instances as, or
+    why it exits at start instead; the offers are built from it (empty for classes without MIG)."""
+    whole_gpus: tuple[int, ...] = ()
+    """GPU indices of a MIG class that no group partitions: mig-parted turns MIG off on them."""
 
     @property
     def name(self) -> str:
@@ -182,6 +186,11 @@ class ResolvedPolicy:
     @property
     def name(self) -> str:
         return self.policy.metadata.name
+
+    @property
+    def plugin_release(self) -> releases.Release:
+        """The targeted device-plugin release (for an unknown tag, which the checks refuse, the nearest below)."""
+        return releases.behaviour(self.spec.device_plugin.version)
 
     @property
     def mig_classes(self) -> tuple[ResolvedClass, ...]:
@@ -241,14 +250,17 @@ def resolve(policy: ClusterGPUPolicy) -> ResolvedPolicy:
 
 def _resolve_class(spec: Spec, node_class: NodeClass, has_mig: bool, default_config: str) -> ResolvedClass:
     plugin = spec.device_plugin
+    release = releases.behaviour(plugin.version)
     model = catalog.lookup(node_class.gpu.model)
     product = model.product if model else node_class.gpu.model
     memory = int(node_class.gpu.memory) if node_class.gpu.memory is not None else (model.memory_mib if model else None)
     computed = _sizing(node_class, memory)
     replicas = _replicas(node_class, computed)
     vgpu = _vgpu(spec, node_class, product, memory, replicas)
-    offers = _offers(spec, node_class, model, memory, computed, replicas, vgpu)
-    mps_daemon = node_class.sharing.mps is not None and plugin.version_tuple >= (0, 15, 0)
+    advertised = _advertised(release, node_class, model)
+    whole = _whole_gpus(node_class)
+    offers = _offers(spec, release, node_class, model, memory, computed, replicas, vgpu, advertised, whole)
+    mps_daemon = node_class.sharing.mps is not None and release.mps != "absent"
     mig_config = _mig_config(plugin, node_class, model, has_mig)
     required = _required_labels(plugin, node_class, mig_config, mps_daemon, default_config)
     return ResolvedClass(
@@ -266,6 +278,8 @@ def _resolve_class(spec: Spec, node_class: NodeClass, has_mig: bool, default_con
         required_labels=required,
         reconciled_labels=_reconciled_labels(plugin, required),
         mig_manager=plugin.deploy == "standalone" and mig_config is not None,
+        advertised=advertised,
+        whole_gpus=whole,
         vgpu=vgpu,
     )
 
@@ -312,12 +326,17 @@ def _replicas(node_class: NodeClass, computed: sizing.Sizing | None) -> int:
     return computed.replicas if computed else 1
 
 
-def _offers(spec: Spec, node_class: NodeClass, model: catalog.GpuModel | None, memory: int | None,
-            computed: sizing.Sizing | None, replicas: int, vgpu: ResolvedVgpu | None) -> tuple[Offer, ...]:
+def _offers(spec: Spec, release: releases.Release, node_class: NodeClass, model: catalog.GpuModel | None,
+            memory: int | None, computed: sizing.Sizing | None, replicas: int, vgpu: ResolvedVgpu | None,
+            advertised: tuple[Advertised, ...], whole: tuple[int, ...]) -> tuple[Offer, ...]:
     sharing = node_class.sharing
     count = node_class.gpu.count
     if sharing.mig is not None:
-        return _mig_offers(node_class, model)
+        offers = _mig_offers(node_class, model, advertised)
+        if whole and sharing.mig.strategy == "mixed":
+            # mig-parted turns MIG off on GPUs no group names; mixed advertises them whole (device-plugin.md §2.2).
+            offers += (Offer(GPU, len(whole), 1, memory or 0, ("exclusive",), "exclusive"),)
+        return offers
     if vgpu is not None:
         # HAMi advertises GPUs x splitCount of its count resource. A container's N vGPUs sit on N different
         # GPUs (Fit takes one device per vGPU), so asking for several is legitimate: no failRequestsGreaterThanOne.
@@ -330,6 +349,8 @@ def _offers(spec: Spec, node_class: NodeClass, model: catalog.GpuModel | None, m
     resource = f"{GPU}.shared" if shared.rename_by_default and replicas > 1 else GPU
     strict = shared.fail_requests_greater_than_one
     if sharing.mps is not None:
+        # v0.15 to v0.19 force failRequestsGreaterThanOne for MPS, whatever the file says (releases.py).
+        strict = strict or release.mps == "forced"
         # The MPS control daemon pins each client to total / replicas, whatever sizing asked for
         # (cmd/mps-control-daemon; device-plugin.md §3): that is what a slot can count on.
         limit = (memory or 0) // max(replicas, 1)
@@ -337,22 +358,56 @@ def _offers(spec: Spec, node_class: NodeClass, model: catalog.GpuModel | None, m
     return (Offer(resource, count, replicas, per_slot, ("time-slicing",), "none", None, strict),)
 
 
-def _mig_offers(node_class: NodeClass, model: catalog.GpuModel | None) -> tuple[Offer, ...]:
+def _advertised(release: releases.Release, node_class: NodeClass,
+                model: catalog.GpuModel | None) -> tuple[Advertised, ...]:
+    """What the release advertises each layout profile as; profiles the catalog lacks (which the checks refuse)
+    keep their own names."""
+    mig = node_class.sharing.mig
+    if mig is None:
+        return ()
+    geometry = model.mig if model else None
+    found = []
+    for name in sorted({p for _, layout in mig.layouts(node_class.gpu.count) for p in layout}):
+        profile = geometry.profile(name) if geometry else None
+        if geometry is None or profile is None:
+            found.append(Advertised(name, releases.mig_resource(name, mig.strategy)))
+        else:
+            found.append(releases.advertise(release, geometry, profile, mig.strategy))
+    return tuple(found)
+
+
+def _whole_gpus(node_class: NodeClass) -> tuple[int, ...]:
+    mig = node_class.sharing.mig
+    if mig is None or mig.groups is None:
+        return ()
+    grouped = {gpu for gpus, _ in mig.layouts(node_class.gpu.count) for gpu in gpus}
+    return tuple(i for i in range(node_class.gpu.count) if i not in grouped)
+
+
+def _mig_offers(node_class: NodeClass, model: catalog.GpuModel | None,
+                advertised: tuple[Advertised, ...]) -> tuple[Offer, ...]:
+    """One offer per resource the release really advertises: profiles it folds into one resource share it, and
+    profiles it cannot start with offer nothing (the checks refuse both)."""
     mig = node_class.sharing.mig
     assert mig is not None
     totals: dict[str, int] = {}
     for gpus, layout in mig.layouts(node_class.gpu.count):
         for profile, n in layout.items():
             totals[profile] = totals.get(profile, 0) + n * len(gpus)
+    by_resource: dict[str, list[str]] = {}
+    for outcome in advertised:
+        if outcome.resource is not None:
+            by_resource.setdefault(outcome.resource, []).append(outcome.profile)
     offers = []
-    for profile, devices in sorted(totals.items()):
-        replicas = mig.time_slicing.get(profile, 1)
-        found = model.mig.profile(profile) if model and model.mig else None
-        memory = found.memory_mib if found else 0
-        resource = GPU if mig.strategy == "single" else f"{MIG_PREFIX}{profile.replace('+', '.')}"
+    for resource, profiles in sorted(by_resource.items()):
+        # The offer names the profile the resource is spelt after when it is there (1g.10gb beside 1g.10gb+me).
+        named = sorted(profiles, key=lambda p: (releases.mig_resource(p, mig.strategy) != resource, p))[0]
+        replicas = max(mig.time_slicing.get(p, 1) for p in profiles)
+        found = [model.mig.profile(p) for p in profiles] if model and model.mig else []
+        memory = min((f.memory_mib for f in found if f), default=0)
         modes: tuple[SharingMode, ...] = ("mig", "time-slicing") if replicas > 1 else ("mig",)
-        offers.append(Offer(resource, devices, replicas, memory, modes, "mig-hardware", profile,
-                            mig.fail_requests_greater_than_one, bool(found and found.memory_estimated)))
+        offers.append(Offer(resource, sum(totals[p] for p in profiles), replicas, memory, modes, "mig-hardware",
+                            named, mig.fail_requests_greater_than_one, any(f and f.memory_estimated for f in found)))
     return tuple(offers)
 
 
@@ -375,7 +430,8 @@ def _gfd_labels(node_class: NodeClass, product: str, offers: tuple[Offer, ...]) 
         found.setdefault("nvidia.com/mig.strategy", mig.strategy)
         if mig.strategy == "single" and offers:
             suffix = "-SHARED" if offers[0].shared else ""
-            found.setdefault("nvidia.com/gpu.product", f"{product}-MIG-{offers[0].mig_profile}{suffix}")
+            if "+" not in (offers[0].mig_profile or ""):  # attribute profiles' product text is unverified
+                found.setdefault("nvidia.com/gpu.product", f"{product}-MIG-{offers[0].mig_profile}{suffix}")
             found.setdefault("nvidia.com/gpu.count", str(offers[0].devices_per_node))
         else:
             found.setdefault("nvidia.com/gpu.product", product)
@@ -386,7 +442,13 @@ def _gfd_labels(node_class: NodeClass, product: str, offers: tuple[Offer, ...]) 
 
 
 def _mixed_profile_labels(found: dict[str, str], product: str, offer: Offer) -> None:
-    """GFD's per-profile labels under the mixed strategy (device-plugin.md §6), keyed by the resource name."""
+    """GFD's per-profile labels under the mixed strategy (device-plugin.md §6), keyed by the resource name.
+
+    GFD names MIG resources after the device's profile, not after the plugin's patterns (dp@v0.15.0:
+    internal/resource/nvml-mig-device.go:96-104), so where the release advertises a profile under another name
+    (releases.py) the labels cannot be predicted from the offer, and none are claimed."""
+    if offer.mig_profile is None or offer.resource != MIG_PREFIX + offer.mig_profile.replace("+", "."):
+        return
     key = offer.resource
     found.setdefault(f"{key}.count", str(offer.devices_per_node))
     found.setdefault(f"{key}.replicas", str(offer.replicas))

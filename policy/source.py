@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from policy.diagnostics import Diagnostic, Path, Span
+from policy.diagnostics import Diagnostic, Path, Span, shorten
 
 try:  # libyaml's composer is several times faster; the pure one behaves the same
     _Loader: type = yaml.CSafeLoader
@@ -69,10 +69,15 @@ class _Builder:
     def span(self, node: yaml.Node) -> Span:
         return Span(self.source.file, node.start_mark.line + 1, node.start_mark.column + 1)
 
-    def build(self, node: yaml.Node, path: Path) -> Any:
+    def count(self, node: yaml.Node) -> None:
+        """Count one node of the expanded document (keys too), refusing before the work grows past the limit."""
         self.visited += 1
         if self.visited > _MAX_NODES:
-            raise _TooLarge(self.span(node))
+            raise _Refused(self.span(node), f"document expands to more than {_MAX_NODES} nodes (alias bomb?)",
+                           "remove the anchors and aliases that multiply the document")
+
+    def build(self, node: yaml.Node, path: Path) -> Any:
+        self.count(node)
         self.source.values.setdefault(path, self.span(node))
         if isinstance(node, yaml.MappingNode):
             return self.mapping(node, path)
@@ -91,7 +96,14 @@ class _Builder:
                         for k, v in source.items():
                             out.setdefault(k, v)
                 continue
-            key = self.scalar(key_node, path) if isinstance(key_node, yaml.ScalarNode) else str(key_node.value)
+            if not isinstance(key_node, yaml.ScalarNode):
+                # A complex key (`? [a, b]`): no spec or Kubernetes field has one (JSON keys are text), and
+                # spelling it out would expand whatever aliases it holds, unbounded. Refused unread.
+                raise _Refused(self.span(key_node), "a mapping key is a list or a mapping (a YAML complex key); "
+                               "specs and Kubernetes manifests take only text keys",
+                               "write the key as plain text, or remove the `?` entry")
+            self.count(key_node)
+            key = self.scalar(key_node, path)
             if not isinstance(key, str | int | float | bool) or key is None:
                 key = str(key)
             child = (*path, key)
@@ -100,7 +112,8 @@ class _Builder:
                 self.diagnostics.append(
                     Diagnostic(
                         code="duplicate-key",
-                        message=f"key {key!r} appears twice in one mapping (first at line {first_seen[key].line})",
+                        message=f"key {shorten(repr(key))} appears twice in one mapping (first at line "
+                                f"{first_seen[key].line})",
                         path=child,
                         hint="YAML parsers silently keep only one of them; delete or merge the duplicate",
                         span=key_span,
@@ -143,9 +156,11 @@ class _Builder:
                 return
 
 
-class _TooLarge(Exception):
-    def __init__(self, span: Span) -> None:
-        self.span = span
+class _Refused(Exception):
+    """A document read no further: its data would be unbounded or unreadable for every consumer."""
+
+    def __init__(self, span: Span, message: str, hint: str) -> None:
+        self.span, self.message, self.hint = span, message, hint
 
 
 def parse_documents(text: str, *, filename: str) -> Iterator[Document]:
@@ -164,14 +179,9 @@ def parse_documents(text: str, *, filename: str) -> Iterator[Document]:
         builder = _Builder(filename)
         try:
             data = builder.build(node, ())
-        except _TooLarge as err:
-            too_big = Diagnostic(
-                code="yaml-syntax",
-                message=f"document expands to more than {_MAX_NODES} nodes (alias bomb?)",
-                hint="remove the anchors and aliases that multiply the document",
-                span=err.span,
-            )
-            yield Document(None, builder.source, index, (too_big,))
+        except _Refused as err:
+            refused = Diagnostic(code="yaml-syntax", message=err.message, hint=err.hint, span=err.span)
+            yield Document(None, builder.source, index, (refused,))
             continue
         yield Document(data, builder.source, index, tuple(builder.diagnostics))
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
-__all__ = ["VERSION_GATES", "CodeDoc", "Gate", "render_markdown", "render_spec_reference"]
+__all__ = ["VERSION_GATES", "CodeDoc", "Gate", "ProfileGate", "ReleaseRow", "render_markdown", "render_spec_reference"]
 
 REPO = Path(__file__).resolve().parent.parent
 BAD_SPECS = REPO / "tests" / "fixtures" / "specs" / "bad"
@@ -55,9 +55,15 @@ VERSION_GATES: tuple[Gate, ...] = (
          "the `cdi-annotations` device list strategy", "version-unsupported-feature", "k8s-device-plugin v0.14.0"),
     Gate("spec.devicePlugin.flags.deviceListStrategy", "cdi-cri", "device plugin", "v0.15.0",
          "the `cdi-cri` device list strategy", "version-unsupported-feature", "k8s-device-plugin v0.15.0"),
+    Gate("spec.devicePlugin.flags.deviceListStrategy", "[envvar, volume-mounts]", "device plugin", "v0.14.0",
+         "a list of strategies; v0.12 and v0.13 parse one string, and v0.14.0 only a list, which the compiled "
+         "config then writes", "version-unsupported-feature", "k8s-device-plugin v0.14.0 api/config/v1/flags.go"),
     Gate("spec.nodeClasses[].sharing.mps", None, "device plugin", "v0.15.0",
          "`sharing.mps` and the MPS control daemon", "mps-unsupported-version",
          "k8s-device-plugin v0.15.0; older releases silently ignore sharing.mps"),
+    Gate("spec.nodeClasses[].sharing.mps.failRequestsGreaterThanOne", "false", "device plugin", "v0.20.0",
+         "a warning below it: v0.15 to v0.19 force it to true, and the compiled config and admission say so",
+         "version-unsupported-feature", "k8s-device-plugin v0.15.0 and v0.20.0 api/config/v1/config.go"),
     Gate("spec.hami.version", None, "HAMi", "v2.10.0",
          "the formats and webhook behaviour gpupolicy writes and checks for; a newer minor is a warning",
          "hami-unsupported-version",
@@ -125,6 +131,17 @@ CODE_HELP: dict[str, tuple[str, str]] = {
     "version-unsupported-feature": (_SEMANTIC, "A setting the chosen device-plugin or Kubernetes version does "
                                                "not support (see the version gates)."),
     "unsupported-plugin-version": (_SEMANTIC, "A device plugin older than v0.12.0, which reads no config file."),
+    "unknown-plugin-version": (_SEMANTIC, "A device-plugin release gpupolicy does not know (a typo, a pre-release or "
+                                          "one newer than it): see the release table below."),
+    "mig-profile-needs-plugin-release": (_SEMANTIC, "The targeted device-plugin release would exit at start with "
+                                                    "this MIG profile (or on this GPU under mixed), or what it "
+                                                    "advertises cannot be told; the hint names the release needed."),
+    "mig-profiles-share-resource": (_SEMANTIC, "Before v0.20.0 the device plugin advertises two profiles of the "
+                                               "layout (1g.10gb+me and 1g.10gb) as one resource, so pods cannot "
+                                               "ask for either."),
+    "mig-resource-renamed": (_SEMANTIC, "The targeted release advertises a MIG profile under another name "
+                                        "(nvidia.com/mig-1g.10gb for 1g.10gb+me before v0.20.0); the report, "
+                                        "admission and the config use that name."),
     "operator-image-set": (_SEMANTIC, "devicePlugin.image with deploy: gpu-operator, where the ClusterPolicy "
                                       "chooses the image."),
     "operator-mig-strategy-conflict": (_SEMANTIC, "Under the GPU Operator one cluster-wide mig.strategy overrides "
@@ -151,6 +168,8 @@ CODE_HELP: dict[str, tuple[str, str]] = {
     "vgpu-split-count-one": (_SEMANTIC, "A vgpu class with splitCount 1: one pod per GPU, plus HAMi's overhead."),
     "vgpu-memory-overcommit": (_SEMANTIC, "memoryScaling above 1: HAMi admits more memory than the GPU has, in "
                                           "its accounting only."),
+    "gpu-model-typo": (_SEMANTIC, "A GPU model the catalog lacks, one typo from one it has (NVIDIA-L2O): "
+                                  "gpu.memory is used and MIG is unavailable."),
 }
 
 #: Admission rule ids (the `code` of admission diagnostics); troubleshooting is in docs/operations.md.
@@ -196,12 +215,34 @@ class CodeDoc:
     example_output: str = ""
 
 
+@dataclass(frozen=True)
+class ReleaseRow:
+    """A run of device-plugin releases that behave alike for gpupolicy (policy/releases.py)."""
+
+    tags: str
+    mig: str
+    device_list_strategy: str
+    mps: str
+
+
+@dataclass(frozen=True)
+class ProfileGate:
+    """The oldest device-plugin release from which every later one handles a MIG profile, per strategy."""
+
+    gpus: str
+    profile: str
+    single: str
+    mixed_starts: str
+    mixed_own_name: str
+
+
 # ------------------------------------------------------------------------------------------- pure rendering
 
 
 def render_markdown(schema: Schema, codes: Sequence[CodeDoc], *, rules: Mapping[str, str] = RULE_HELP,
                     advice: Mapping[str, tuple[str, str]] | None = None,
-                    gates: Sequence[Gate] = VERSION_GATES) -> str:
+                    gates: Sequence[Gate] = VERSION_GATES, releases: Sequence[ReleaseRow] = (),
+                    profile_gates: Sequence[ProfileGate] = ()) -> str:
     """The whole spec reference as Markdown (LF, final newline); the same inputs give the same bytes."""
     out: list[str] = [
         "<!-- Generated by scripts/specdoc.py from the ClusterGPUPolicy JSON Schema, policy.diagnostics.Code and",
@@ -217,6 +258,7 @@ def render_markdown(schema: Schema, codes: Sequence[CodeDoc], *, rules: Mapping[
         "",
         "- [Fields](#fields)",
         "- [Version gates](#version-gates)",
+        *(["- [Device-plugin releases](#device-plugin-releases)"] if releases else []),
         "- [Diagnostic codes](#diagnostic-codes)",
         "- [Admission rule ids](#admission-rule-ids)",
     ]
@@ -225,6 +267,8 @@ def render_markdown(schema: Schema, codes: Sequence[CodeDoc], *, rules: Mapping[
     out += ["", "## Fields", ""]
     out += _render_fields(schema, gates)
     out += _render_gates(gates)
+    if releases:
+        out += _render_releases(releases, profile_gates)
     out += _render_codes(codes)
     out += _render_rules(rules)
     if advice:
@@ -407,7 +451,8 @@ def _render_gates(gates: Sequence[Gate]) -> list[str]:
         "",
         "`spec.devicePlugin.version` is the device-plugin release the configs are written for, and "
         "`spec.kubernetesVersion` the oldest Kubernetes the output must run on. A feature the release does not "
-        "have is an error, never silently dropped: older plugins ignore config keys they do not know.",
+        "have is an error, never silently dropped: older plugins ignore config keys they do not know. Where a "
+        "release instead applies a safe value of its own, a warning says so and the output says what it does.",
         "",
         "| field | value | needs | for | code | source |",
         "|---|---|---|---|---|---|",
@@ -416,6 +461,39 @@ def _render_gates(gates: Sequence[Gate]) -> list[str]:
         value = f"`{g.value}`" if g.value else "any"
         out.append(f"| `{g.field}` | {value} | {g.product} {g.since} or newer | {_cell(g.what)} | "
                    f"[`{g.code}`](#{g.code}) | {_cell(g.source)} |")
+    return [*out, ""]
+
+
+def _render_releases(releases: Sequence[ReleaseRow], gates: Sequence[ProfileGate]) -> list[str]:
+    out = [
+        "## Device-plugin releases",
+        "",
+        "`spec.devicePlugin.version` must be one of these NVIDIA k8s-device-plugin releases (any other tag is "
+        "[`unknown-plugin-version`](#unknown-plugin-version)). What differs between them, as `policy/releases.py` "
+        "records it with the source line of each fact: how MIG devices are named and matched to resources, and "
+        "what the config parser reads.",
+        "",
+        "| releases | MIG devices | `deviceListStrategy` | `sharing.mps` |",
+        "|---|---|---|---|",
+    ]
+    out += [f"| {r.tags} | {_cell(r.mig)} | {_cell(r.device_list_strategy)} | {_cell(r.mps)} |" for r in releases]
+    out += [
+        "",
+        "### MIG profiles per release",
+        "",
+        "The oldest release from which every later one starts with a MIG profile and, under `mixed`, advertises "
+        "it as `nvidia.com/mig-<profile>` (`+` spelt `.`). Below the first, the plugin exits at start "
+        "([`mig-profile-needs-plugin-release`](#mig-profile-needs-plugin-release)); between the two it starts but "
+        "advertises the profile under another name ([`mig-resource-renamed`](#mig-resource-renamed), or "
+        "[`mig-profiles-share-resource`](#mig-profiles-share-resource) when two profiles of a layout end up in one "
+        "resource), and the report and admission use that name. Profiles not listed work under their own name on "
+        "every release from v0.12.0. Figures for memory the catalog only estimates assume the estimate.",
+        "",
+        "| GPUs | profile | `single` | `mixed`: starts | `mixed`: own name |",
+        "|---|---|---|---|---|",
+    ]
+    out += [f"| {_cell(g.gpus)} | `{g.profile}` | {g.single} | {g.mixed_starts} | {g.mixed_own_name} |"
+            for g in gates]
     return [*out, ""]
 
 
@@ -540,6 +618,61 @@ def code_docs(fixtures: Path = BAD_SPECS) -> tuple[CodeDoc, ...]:
     return tuple(sorted(docs, key=lambda d: order[d.group]))
 
 
+def release_rows() -> tuple[ReleaseRow, ...]:
+    """The known releases that read a config file, in runs that behave alike."""
+    from policy import releases
+
+    def describe(r: releases.Release) -> tuple[str, str, str]:
+        naming = r.mig
+        assert naming is not None
+        named = "any NVML GI profile" if naming.named is None else f"NVML GI profiles 0-{naming.named - 1}"
+        spelt = ("without attributes, memory rounded up to whole GiB" if naming.ceil_gib
+                 else "as nvidia-smi names them")
+        mig = (f"names {named}, {spelt}; mixed walks 0-{naming.walked - 1} and matches "
+               f"{'whole names' if naming.anchored else 'any substring (unanchored)'}")
+        formats = {"string": "one string", "list": "a list only", "either": "a string or a list"}
+        fmt = f"{formats[r.list_format or 'string']}: {', '.join(r.strategies)}"
+        mps = {"absent": "ignored", "forced": "read; failRequestsGreaterThanOne forced true",
+               "honoured": "read as written"}[r.mps]
+        return mig, fmt, mps
+
+    rows: list[tuple[list[str], tuple[str, str, str]]] = []
+    for release in releases.config_releases():
+        facts = describe(release)
+        if rows and rows[-1][1] == facts:
+            rows[-1][0].append(release.tag)
+        else:
+            rows.append(([release.tag], facts))
+    return tuple(ReleaseRow(tags[0] if len(tags) == 1 else f"{tags[0]} to {tags[-1]}", *facts)
+                 for tags, facts in rows)
+
+
+def profile_gates() -> tuple[ProfileGate, ...]:
+    """Per catalog MIG profile, the releases it needs, grouped over GPUs that share the answer."""
+    from policy import catalog, releases
+
+    oldest = releases.config_releases()[0].tag
+    grouped: dict[tuple[str, str, str, str], list[str]] = {}
+    order: list[tuple[str, str, str, str]] = []
+    for model in catalog.models():
+        if model.mig is None:
+            continue
+        for profile in model.mig.profiles:
+            gates = tuple(_tag(releases.oldest_advertising(model.mig, (profile,), strategy, own_names=own))
+                          for strategy, own in (("single", False), ("mixed", False), ("mixed", True)))
+            if gates == (oldest, oldest, oldest):
+                continue
+            key = (profile.name, *gates)
+            if key not in grouped:
+                order.append(key)
+            grouped.setdefault(key, []).append(model.product.removeprefix("NVIDIA-"))
+    return tuple(ProfileGate(", ".join(grouped[key]), *key) for key in order)
+
+
+def _tag(release: Any) -> str:
+    return release.tag if release is not None else "none"
+
+
 def render_spec_reference() -> str:
     """docs/spec-reference.md as it should be now: schema from the models, codes, gates, rules and advice."""
     from policy import advice
@@ -548,7 +681,8 @@ def render_spec_reference() -> str:
 
     name = "cluster-policy.schema.json"
     schema = schema_for(ClusterGPUPolicy, name, GENERATED[name][1])
-    return render_markdown(schema, code_docs(), advice=dict(advice.CODES))
+    return render_markdown(schema, code_docs(), advice=dict(advice.CODES), releases=release_rows(),
+                           profile_gates=profile_gates())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

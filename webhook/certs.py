@@ -22,6 +22,9 @@ __all__ = ["KeyPair", "expiry", "make_ca", "make_serving_cert", "service_dns_nam
 # Certificates start slightly in the past so a node whose clock lags ours still accepts them.
 _CLOCK_SKEW = timedelta(minutes=5)
 
+#: The development CA's lifetime; a certificate it signs is clipped to it.
+CA_DAYS = 3650
+
 #: File names of a kubernetes.io/tls Secret plus the CA, as mounted into the webhook pod.
 CA_FILE, CERT_FILE, KEY_FILE = "ca.crt", "tls.crt", "tls.key"
 
@@ -39,7 +42,7 @@ class KeyPair:
 
 
 def make_ca(
-    common_name: str = "gpupolicy-webhook-ca", days: int = 3650, *, now: datetime | None = None
+    common_name: str = "gpupolicy-webhook-ca", days: int = CA_DAYS, *, now: datetime | None = None
 ) -> KeyPair:
     """Create a self-signed CA that may sign end-entity certificates only (path length 0)."""
     key = ec.generate_private_key(ec.SECP256R1())
@@ -72,6 +75,8 @@ def make_serving_cert(
         raise TypeError("the CA key must be an ECDSA key made by make_ca")
     key = ec.generate_private_key(ec.SECP256R1())
     start = (now or datetime.now(UTC)) - _CLOCK_SKEW
+    if not 1 <= days <= CA_DAYS:  # timedelta overflows near a million years, datetime at year 9999
+        raise ValueError(f"a serving certificate lives 1 to {CA_DAYS} days, not {days}")
     end = min(start + _CLOCK_SKEW + timedelta(days=days), ca_cert.not_valid_after_utc)
     ca_ski = ca_cert.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])

@@ -19,11 +19,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "default: out/ beside each SPEC, the layout of examples/clusters/*/")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; print a unified diff and exit 1 when DIR is not what SPEC compiles to")
+    parser.add_argument("--prune-unknown", action="store_true",
+                        help="also delete files in DIR that gpupolicy did not write (by default they are kept)")
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    if args.out is not None and not args.out.strip():
+        print("gpupolicy compile: error: -o needs a directory name (leave -o out to write out/ beside each spec)",
+              file=sys.stderr)
+        return 2
+    if args.check and args.prune_unknown:
+        print("gpupolicy compile: error: --check writes nothing, so --prune-unknown has nothing to do with it",
+              file=sys.stderr)
+        return 2
     if args.out is not None and len(args.specs) > 1:
         print("gpupolicy compile: error: -o names one output directory; with several specs leave it out "
               "(each compiles into out/ beside itself)", file=sys.stderr)
@@ -31,12 +41,13 @@ def run(args: argparse.Namespace) -> int:
     if args.out is None and "-" in args.specs:
         print("gpupolicy compile: error: a spec read from stdin needs -o DIR", file=sys.stderr)
         return 2
-    codes = [_compile_one(spec, Path(args.out) if args.out else Path(spec).parent / "out", check=args.check)
+    codes = [_compile_one(spec, Path(args.out) if args.out is not None else Path(spec).parent / "out",
+                          check=args.check, prune=args.prune_unknown)
              for spec in args.specs]
     return max(codes)
 
 
-def _compile_one(spec: str, out_dir: Path, *, check: bool) -> int:
+def _compile_one(spec: str, out_dir: Path, *, check: bool, prune: bool) -> int:
     from cli.reporters import Report, load_or_report, render_text
     from compiler import compile_policy, writer
     from policy.diagnostics import PolicyError
@@ -53,22 +64,40 @@ def _compile_one(spec: str, out_dir: Path, *, check: bool) -> int:
         drift = writer.check_tree(tree, out_dir)
         if check:
             return _report_check(drift, spec, out_dir)
-        if drift.clean:
-            print(f"{out_dir}: up to date ({len(tree)} files)", file=sys.stderr)
+        if drift.clean and not (prune and drift.foreign):
+            print(f"{out_dir}: up to date ({len(tree)} files){_kept(drift.foreign)}", file=sys.stderr)
             return 0
-        writer.write_tree(tree, out_dir)
+        foreign = writer.write_tree(tree, out_dir, prune_unknown=prune)
     except writer.WriteError as err:
         print(f"gpupolicy compile: error: {err}", file=sys.stderr)
         return 2
+    removed = f"{len(drift.extra)} removed" + (f": {_names(drift.extra)}" if drift.extra else "")
     print(f"{out_dir}: wrote {len(tree)} files ({len(drift.missing)} added, {len(drift.changed)} changed, "
-          f"{len(drift.extra)} removed)", file=sys.stderr)
+          f"{removed}){_pruned(foreign) if prune else _kept(foreign)}", file=sys.stderr)
     return 0
+
+
+def _names(paths: tuple[str, ...], shown: int = 5) -> str:
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    return ", ".join(paths[:shown]) + more
+
+
+def _kept(foreign: tuple[str, ...]) -> str:
+    if not foreign:
+        return ""
+    return (f"; kept {len(foreign)} file(s) gpupolicy did not write: {_names(foreign)} "
+            "(--prune-unknown deletes them)")
+
+
+def _pruned(foreign: tuple[str, ...]) -> str:
+    return f"; deleted {len(foreign)} file(s) gpupolicy did not write: {_names(foreign)}" if foreign else ""
 
 
 def _report_check(drift: Drift, spec: str, out_dir: Path) -> int:
     if drift.clean:
-        print(f"{out_dir}: up to date", file=sys.stderr)
+        print(f"{out_dir}: up to date{_kept(drift.foreign)}", file=sys.stderr)
         return 0
     sys.stdout.write(drift.diff)
-    print(f"{out_dir}: stale ({drift.summary()}); run: gpupolicy compile {spec} -o {out_dir}", file=sys.stderr)
+    print(f"{out_dir}: stale ({drift.summary()}){_kept(drift.foreign)}; run: gpupolicy compile {spec} -o {out_dir}",
+          file=sys.stderr)
     return 1

@@ -155,7 +155,12 @@ def _object_from_file(path: str, case: SuiteCase, source: SourceMap, where: tupl
     if isinstance(text, Diagnostic):
         outcome.problems.append(text.at(span))
         return None
-    objects = [doc.data for doc in parse_documents(text, filename=file) if isinstance(doc.data, dict)]
+    documents = list(parse_documents(text, filename=file))
+    unreadable = [d for doc in documents if doc.data is None for d in doc.diagnostics if d.severity == "error"]
+    if unreadable:  # never test a case against part of a file that could not be read
+        outcome.problems.extend(unreadable)
+        return None
+    objects = [doc.data for doc in documents if isinstance(doc.data, dict)]
     if case.index is not None:
         chosen = objects[case.index] if case.index < len(objects) else None
     else:

@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     certs.add_argument("--out", metavar="DIR", required=True, type=Path, help="directory to write into")
     certs.add_argument("--service", default="gpupolicy-webhook", help="Service name (default %(default)s)")
     certs.add_argument("--namespace", default="gpupolicy-system", help="its namespace (default %(default)s)")
-    certs.add_argument("--days", type=int, default=365, help="serving certificate lifetime (default 365)")
+    certs.add_argument("--days", type=int, default=365,
+                       help="serving certificate lifetime in days, 1 to 3650 (default 365)")
     certs.add_argument("--force", action="store_true", help="replace certificates already in DIR")
 
 
@@ -136,8 +137,9 @@ def _certs(args: argparse.Namespace) -> int:
     for name, value in (("--service", args.service), ("--namespace", args.namespace)):
         if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", value):
             raise _UsageError(f"{name} {value!r} is not a DNS label")
-    if args.days < 1:
-        raise _UsageError("--days must be at least 1")
+    if not 1 <= args.days <= certs.CA_DAYS:
+        raise _UsageError(f"--days must be between 1 and {certs.CA_DAYS} (got {args.days}): the development CA is "
+                          f"valid for {certs.CA_DAYS} days, and no certificate it signs can outlive it")
     existing = [name for name in (certs.CA_FILE, certs.CERT_FILE, certs.KEY_FILE) if (out / name).exists()]
     if existing and not args.force:
         raise _UsageError(f"{out} already holds {', '.join(existing)}; pass --force to replace them")

@@ -6,6 +6,7 @@ from typing import Any
 
 from compiler import objects, serialize
 from compiler.objects import Obj
+from policy import releases
 from policy.labels import MPS_CAPABLE
 from policy.model import ClusterGPUPolicy, DevicePlugin
 from policy.resolve import GPU, ResolvedClass, ResolvedPolicy
@@ -40,7 +41,7 @@ def config_path(node_class: str) -> str:
 def render_config(plugin: DevicePlugin, node_class: ResolvedClass) -> Obj:
     """The v1 config file of one class, in the format the targeted plugin release reads (device-plugin.md §2)."""
     config: Obj = {"version": "v1", "flags": _flags(plugin, node_class)}
-    sharing = _sharing(plugin, node_class)
+    sharing = _sharing(node_class)
     if sharing:
         config["sharing"] = sharing
     return config
@@ -59,12 +60,9 @@ def _flags(plugin: DevicePlugin, node_class: ResolvedClass) -> Obj:
     spec_flags = plugin.flags
     flags["failOnInitError"] = spec_flags.fail_on_init_error
     flags["nvidiaDriverRoot"] = spec_flags.nvidia_driver_root
-    strategy: Any = spec_flags.device_list_strategy
-    if plugin.version_tuple == (0, 14, 0):
-        strategy = [strategy]  # v0.14.0 parses deviceListStrategy only as a list (fixed in v0.14.1)
     flags["plugin"] = {
         "deviceIDStrategy": spec_flags.device_id_strategy,
-        "deviceListStrategy": strategy,
+        "deviceListStrategy": _device_list_strategy(plugin),
         "passDeviceSpecs": spec_flags.pass_device_specs,
     }
     if node_class.mps_daemon:
@@ -72,16 +70,29 @@ def _flags(plugin: DevicePlugin, node_class: ResolvedClass) -> Obj:
     return flags
 
 
-def _sharing(plugin: DevicePlugin, node_class: ResolvedClass) -> Obj:
+def _device_list_strategy(plugin: DevicePlugin) -> Any:
+    """deviceListStrategy as the targeted release parses it (policy/releases.py): one string up to v0.13.0 (the
+    checks refuse several there), a list only in v0.14.0, either from v0.14.1 on (then as the spec wrote it)."""
+    strategy = plugin.flags.device_list_strategy
+    strategies = list(plugin.flags.device_list_strategies)
+    list_format = releases.behaviour(plugin.version).list_format
+    if list_format == "list":
+        return strategies
+    if list_format == "string":
+        return strategies[0]
+    return strategy if isinstance(strategy, str) else strategies
+
+
+def _sharing(node_class: ResolvedClass) -> Obj:
     sharing = node_class.spec.sharing
     if sharing.time_slicing is not None:
         return {"timeSlicing": _replicated(sharing.time_slicing.rename_by_default,
-                                           sharing.time_slicing.fail_requests_greater_than_one,
+                                           node_class.offers[0].fail_requests_greater_than_one,
                                            [(GPU, node_class.replicas)])}
     if sharing.mps is not None:
-        # v0.15 to v0.19 force failRequestsGreaterThanOne=true for MPS; only v0.20 keeps an explicit false.
-        fail = sharing.mps.fail_requests_greater_than_one or plugin.version_tuple < (0, 20, 0)
-        return {"mps": _replicated(sharing.mps.rename_by_default, fail, [(GPU, node_class.replicas)])}
+        # The offer says what the plugin enforces: v0.15 to v0.19 force failRequestsGreaterThanOne=true for MPS.
+        return {"mps": _replicated(sharing.mps.rename_by_default, node_class.offers[0].fail_requests_greater_than_one,
+                                   [(GPU, node_class.replicas)])}
     if sharing.mig is not None:
         resources = [
             (offer.resource, offer.replicas)
@@ -158,7 +169,7 @@ def _plugin_daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, conf
         # The plugin health-checks the MPS daemon through its shm and pipe dirs (Helm chart template).
         mounts += [{"name": "mps-root", "mountPath": "/mps"}, {"name": "mps-shm", "mountPath": "/dev/shm"}]
         volumes += _mps_volumes()
-    if plugin.flags.device_list_strategy.startswith("cdi"):
+    if any(s.startswith("cdi") for s in plugin.flags.device_list_strategies):
         # CDI strategies write specs to /var/run/cdi and read the driver at /driver-root (Helm chart).
         mounts += [{"name": "cdi-root", "mountPath": "/var/run/cdi"},
                    {"name": "driver-root", "mountPath": "/driver-root", "readOnly": True}]

@@ -35,6 +35,12 @@ def _entries(node_class: ResolvedClass) -> list[Obj]:
         # (an H100 PCIe node in a class written "H100") makes mig-parted skip every GPU silently (mig.md §4).
         # mig-manager's own generated configs filter only on mixed-model nodes, for the same reason.
         entries.append({"devices": devices, "mig-enabled": True, "mig-devices": dict(sorted(layout.items()))})
+    if node_class.whole_gpus:
+        # `nvidia-mig-parted assert` passes only when every GPU of the node matches an entry
+        # (mp@v0.15.0:cmd/nvidia-mig-parted/assert/config.go:50-94); otherwise mig-manager re-applies the layout
+        # and pauses the node's GPU clients on every reconcile. GPUs no group names get MIG off, in their own
+        # entry, so the lists stay disjoint and no later entry overrides an earlier one.
+        entries.append({"devices": list(node_class.whole_gpus), "mig-enabled": False})
     return entries
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from policy import catalog, mig, sizing
+from policy import catalog, mig, releases, sizing
 from policy.catalog import MigGeometry, MigProfile
 from policy.plan.figures import MODES, PlanMode
 from policy.plan.inventory import Workload
@@ -243,7 +243,7 @@ def candidates(target: Target, workloads: Sequence[Workload], reserve_percent: f
             split = min(MAX_SPLIT, max(2, usable_mib(target, reserve_percent) // max(min(memories), 1)))
             out.append(Candidate("vgpu", split, sized_mib=largest if uniform and split == safe else None))
         elif mode in ("mig", "mig+time-slicing") and target.mig is not None:
-            out += _mig_candidates(target.mig, mode, memories)
+            out += _mig_candidates(target.mig, mode, memories, _release(target))
     return tuple(out)
 
 
@@ -275,9 +275,23 @@ def mig_layouts(geometry: MigGeometry) -> tuple[mig.Layout, ...]:
     return tuple(out)
 
 
-def _mig_candidates(geometry: MigGeometry, mode: PlanMode, memories: Sequence[int]) -> list[Candidate]:
+def _release(target: Target) -> releases.Release:
+    return releases.behaviour("v" + ".".join(map(str, target.plugin_version)))
+
+
+def _starts(geometry: MigGeometry, layout: mig.Layout, release: releases.Release) -> bool:
+    """Whether the targeted device-plugin release starts with the layout under mixed, as the drafted spec writes
+    it (a double-memory 1g before v0.14.0 does not; policy/releases.py)."""
+    profiles = [p for name, _ in layout if (p := geometry.profile(name)) is not None]
+    return all((a := releases.advertise(release, geometry, p, "mixed")).starts and a.certain for p in profiles)
+
+
+def _mig_candidates(geometry: MigGeometry, mode: PlanMode, memories: Sequence[int],
+                    release: releases.Release) -> list[Candidate]:
     out = []
     for layout in mig_layouts(geometry):
+        if not _starts(geometry, layout, release):
+            continue
         if mode == "mig":
             out.append(Candidate("mig", layout=layout))
             continue

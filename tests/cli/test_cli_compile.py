@@ -38,14 +38,20 @@ def test_check_exits_1_with_a_diff_for_a_changed_a_missing_and_an_extra_file(
     assert run(capsys, "compile", str(TKE), "-o", str(out))[0] == 0
     (out / "REPORT.md").write_text("edited by hand\n")
     (out / "device-plugin" / "daemonset-t4.yaml").unlink()
-    (out / "device-plugin" / "notes.yaml").write_text("extra: true\n")
+    # A file an earlier compile wrote (so its marker lists it) that this spec no longer produces.
+    (out / "device-plugin" / "old.yaml").write_text("extra: true\n")
+    with (out / ".gpupolicy").open("a") as marker:
+        marker.write("device-plugin/old.yaml\n")
+    (out / "device-plugin" / "notes.yaml").write_text("mine\n")  # added by hand: not drift, never read
     before = sorted(p.name for p in out.rglob("*"))
     code, diff, err = run(capsys, "compile", str(TKE), "-o", str(out), "--check")
     assert code == 1
     assert "--- a/REPORT.md\n+++ b/REPORT.md\n" in diff
     assert "--- /dev/null\n+++ b/device-plugin/daemonset-t4.yaml\n" in diff
-    assert "--- a/device-plugin/notes.yaml\n+++ /dev/null\n" in diff
-    assert "stale (1 changed, 1 missing, 1 extra file(s))" in err
+    assert "--- a/device-plugin/old.yaml\n+++ /dev/null\n" in diff
+    assert "notes.yaml" not in diff
+    assert ("stale (2 changed, 1 missing, 1 extra file(s)); kept 1 file(s) gpupolicy did not write: "
+            "device-plugin/notes.yaml (--prune-unknown deletes them)") in err
     assert sorted(p.name for p in out.rglob("*")) == before  # --check wrote nothing
 
 
@@ -129,3 +135,50 @@ def test_one_output_for_several_specs_or_stdin_without_an_output_is_a_usage_erro
 ) -> None:
     assert main(["compile", *argv]) == 2
     assert "gpupolicy compile:" in capsys.readouterr().err
+
+
+# --- what gpupolicy did not write ---------------------------------------------------------------------------
+
+
+def test_files_added_by_hand_inside_a_compiled_tree_are_kept_and_named_until_pruned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert run(capsys, "compile", str(TKE), "-o", str(out))[0] == 0
+    (out / "my-notes.txt").write_text("why we run 8 replicas\n")
+    (out / "mine").mkdir()
+    (out / "mine" / "overlay.yaml").write_text("kind: Kustomization\n")
+    (out / "empty").mkdir()
+    (out / "REPORT.md").write_text("edited by hand\n")  # a file gpupolicy wrote: restored
+    code, _, err = run(capsys, "compile", str(TKE), "-o", str(out))
+    assert code == 0
+    assert "1 changed, 0 removed); kept 2 file(s) gpupolicy did not write: mine/overlay.yaml, my-notes.txt" in err
+    assert (out / "my-notes.txt").read_text() == "why we run 8 replicas\n"
+    assert (out / "mine" / "overlay.yaml").read_text() == "kind: Kustomization\n"
+    assert (out / "empty").is_dir()
+    assert "edited by hand" not in (out / "REPORT.md").read_text()
+    assert "my-notes.txt" not in (out / ".gpupolicy").read_text()  # still not ours
+    assert run(capsys, "compile", str(TKE), "-o", str(out), "--check")[0] == 0  # foreign files are not drift
+
+    code, _, err = run(capsys, "compile", str(TKE), "-o", str(out), "--prune-unknown")
+    assert code == 0 and "deleted 2 file(s) gpupolicy did not write: mine/overlay.yaml, my-notes.txt" in err
+    assert not (out / "my-notes.txt").exists() and not (out / "mine").exists() and not (out / "empty").exists()
+
+
+def test_a_file_added_by_hand_where_gpupolicy_now_writes_is_refused_not_overwritten(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert run(capsys, "compile", str(TKE), "-o", str(out))[0] == 0
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(TKE.read_text())
+    (out / "admission").rename(tmp_path / "admission")  # as if an older spec had no webhook...
+    (out / "admission").write_text("a file of mine\n")  # ...and someone put a file where it now goes
+    code, _, err = run(capsys, "compile", str(spec), "-o", str(out))
+    assert code == 2 and "was added by hand where gpupolicy now writes" in err
+    assert (out / "admission").read_text() == "a file of mine\n"
+
+
+def test_an_empty_output_name_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compile", str(TKE), "-o", ""]) == 2
+    assert "-o needs a directory name" in capsys.readouterr().err

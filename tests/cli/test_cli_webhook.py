@@ -54,3 +54,19 @@ def test_the_development_certificate_names_localhost_too(cert_dir: Path) -> None
     cert = x509.load_pem_x509_certificate((cert_dir / "tls.crt").read_bytes())
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     assert "localhost" in names and "gpupolicy-webhook.gpupolicy-system.svc" in names
+
+
+@pytest.mark.parametrize("days", ["0", "-5", "3651", "100000000", "99999999999999999999"])
+def test_a_certificate_lifetime_outside_the_cas_is_a_usage_error_not_a_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], days: str
+) -> None:
+    code = main(["webhook", "certs", "--out", str(tmp_path / "certs"), "--days", days])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    assert f"--days must be between 1 and 3650 (got {int(days)})" in err
+    assert not (tmp_path / "certs").exists()
+
+
+def test_the_longest_lifetime_is_the_cas(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["webhook", "certs", "--out", str(tmp_path), "--days", "3650"]) == 0
+    assert "valid until" in capsys.readouterr().err

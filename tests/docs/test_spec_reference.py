@@ -84,7 +84,11 @@ GATE_CASES: dict[tuple[str, str | None], tuple[dict[str, str], str, str, str]] =
         ({"strategy": "cdi-annotations"}, "plugin", "v0.13.0", "v0.14.0"),
     ("spec.devicePlugin.flags.deviceListStrategy", "cdi-cri"): ({"strategy": "cdi-cri"}, "plugin", "v0.14.5",
                                                                  "v0.15.0"),
+    ("spec.devicePlugin.flags.deviceListStrategy", "[envvar, volume-mounts]"):
+        ({"strategy": "[envvar, volume-mounts]"}, "plugin", "v0.13.0", "v0.14.0"),
     ("spec.nodeClasses[].sharing.mps", None): ({"sharing": "{mps: {replicas: 4}}"}, "plugin", "v0.14.5", "v0.15.0"),
+    ("spec.nodeClasses[].sharing.mps.failRequestsGreaterThanOne", "false"):
+        ({"sharing": "{mps: {replicas: 4, failRequestsGreaterThanOne: false}}"}, "plugin", "v0.19.3", "v0.20.0"),
     ("spec.admission.enabled", "true"): ({}, "k8s", "1.27", "1.28"),
     ("spec.hami.version", None): ({"sharing": "{vgpu: {splitCount: 4}}"}, "hami", "v2.9.0", "v2.10.0"),
 }

@@ -286,7 +286,7 @@ def test_a_profile_name_must_match_its_compute_slices() -> None:
 
 
 def test_a_placement_that_overruns_the_gpu_is_an_error() -> None:
-    text = packaged_text().replace("9: {compute_slices: 3, size: 4, max_count: 2, starts: [0, 4]}",
-                                   "9: {compute_slices: 3, size: 4, max_count: 2, starts: [0, 5]}")
+    text = packaged_text().replace("9: {nvml_enum: 2, compute_slices: 3, size: 4, max_count: 2, starts: [0, 4]}",
+                                   "9: {nvml_enum: 2, compute_slices: 3, size: 4, max_count: 2, starts: [0, 5]}")
     with pytest.raises(catalog.CatalogError, match="overruns"):
         catalog.parse_catalog(text)

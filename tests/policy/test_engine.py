@@ -131,6 +131,32 @@ def test_warnings_never_exceed_120_characters() -> None:
             assert all(len(w) <= 120 and not w.startswith("Warning") for w in decision.warnings)
 
 
+def test_a_denial_quotes_a_megabyte_field_value_in_a_bounded_message() -> None:
+    from policy.diagnostics import MAX_QUOTED_CHARS
+
+    engine = engine_for("tke-l20-t4")
+    obj = deployment({GPU: 2}, name="n" * 1_000_000)
+    obj["spec"]["template"]["spec"]["containers"][0]["name"] = "c" * 1_000_000
+    decision = engine.evaluate(obj)
+    assert not decision.allowed
+    message = decision.message
+    assert len(message) <= 2 * 4000
+    assert message.startswith("Deployment nnnn") and "[shared-gpu-request-above-one] container \"cccc" in message
+    assert "more characters]" in message and "n" * (MAX_QUOTED_CHARS + 1) not in message
+    assert "c" * (MAX_QUOTED_CHARS + 1) not in message and message.endswith("sharing: exclusive")
+
+
+def test_a_denial_with_thousands_of_findings_is_capped_as_a_whole() -> None:
+    finding = Diagnostic("shared-gpu-request-above-one", "x " * 1000, ("spec",), "fix it")
+    decision = Decision(False, (finding,) * 5000, "Pod p")
+    assert len(decision.message) <= 16_000 and decision.message.startswith("Pod p: [shared-gpu-request-above-one]")
+
+
+def test_an_honest_denial_is_not_shortened() -> None:
+    decision = engine_for("tke-l20-t4").evaluate(deployment({GPU: 2}, name="n" * 253))
+    assert "n" * 253 in decision.message and "more characters" not in decision.message
+
+
 def test_a_policy_document_that_went_through_json_decides_the_same() -> None:
     policy = admission_policy("mixed-fleet")
     reloaded = Engine(AdmissionPolicy.from_json(policy.to_json()))

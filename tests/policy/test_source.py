@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from policy.diagnostics import Span
 from policy.source import parse_documents
 
@@ -72,6 +74,52 @@ def test_an_alias_bomb_is_refused_instead_of_expanded() -> None:
     assert doc.data is None
     assert [d.code for d in doc.diagnostics] == ["yaml-syntax"]
     assert "alias bomb" in doc.diagnostics[0].message
+
+
+def complex_key_bomb(levels: int) -> str:
+    """A complex mapping key holding an alias bomb: `? [&a [lol x9], &b [*a x9], ...]` then `: x`."""
+    parts = ["&a [" + ", ".join(["lol"] * 9) + "]"]
+    for i in range(1, levels):
+        name, prev = chr(ord("a") + i), chr(ord("a") + i - 1)
+        parts.append(f"&{name} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    return "? [" + ", ".join(parts) + "]\n: x\n"
+
+
+@pytest.mark.parametrize("levels", [5, 6, 9])
+def test_a_complex_key_holding_an_alias_bomb_is_refused_unexpanded_and_located(levels: int) -> None:
+    text = complex_key_bomb(levels)
+    assert len(text) < 400  # 9 levels expand to 387 million nodes: returning at all shows none was built
+    doc = only(text)
+    assert doc.data is None
+    [found] = doc.diagnostics
+    assert (found.code, found.span) == ("yaml-syntax", Span("f.yaml", 1, 3))
+    assert "a mapping key is a list or a mapping" in found.message and len(found.message) < 200
+
+
+@pytest.mark.parametrize("text", [
+    "spec:\n  nodeClasses:\n    ? {name: a}\n    : x\n",
+    "a: 1\n? [b]\n: 2\n",
+    "[{? [x]: 1}]\n",
+], ids=["mapping key deep in a spec", "sequence key beside a text key", "flow key in a list"])
+def test_every_complex_key_is_refused_wherever_it_sits(text: str) -> None:
+    doc = only(text)
+    assert doc.data is None and [d.code for d in doc.diagnostics] == ["yaml-syntax"]
+
+
+def test_keys_count_towards_the_node_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    from policy import source
+
+    monkeypatch.setattr(source, "_MAX_NODES", 100)
+    assert only("".join(f"k{i}: \n" for i in range(49))).data is not None  # 1 + 49 keys + 49 values
+    doc = only("".join(f"k{i}: \n" for i in range(51)))
+    assert doc.data is None and "alias bomb" in doc.diagnostics[0].message
+
+
+def test_a_long_duplicate_key_is_quoted_short() -> None:
+    key = "k" * 100_000
+    doc = only(f"? {key}\n: 1\n? {key}\n: 2\n")  # an explicit key may be longer than 1024 characters
+    [found] = doc.diagnostics
+    assert found.code == "duplicate-key" and len(found.message) < 500
 
 
 def test_dates_stay_text() -> None:

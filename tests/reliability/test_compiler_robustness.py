@@ -184,6 +184,9 @@ SUBPROCESS_INPUTS: dict[str, bytes] = {
                                     b"e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\nf: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"
                                     b"g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\nspec: [*g,*g,*g,*g,*g,*g,*g,*g,*g]\n",
     "10 000 nested lists": b"spec: " + b"[" * 10_000 + b"]" * 10_000 + b"\n",
+    "an alias bomb inside a complex key": (b"? [&a [lol, lol, lol, lol, lol, lol, lol, lol, lol], "
+                                           + b", ".join(b"&%c [" % (97 + i) + b", ".join([b"*%c" % (96 + i)] * 9)
+                                                        + b"]" for i in range(1, 6)) + b"]\n: x\n"),
     "a Python object tag": b"!!python/object/apply:os.system ['echo pwned']\n",
     "two clusters in one file, to compile": EXAMPLES[0].read_bytes() + b"\n---\n" + EXAMPLES[1].read_bytes(),
 }
@@ -442,3 +445,85 @@ def test_symlinked_and_misplaced_paths_get_a_clear_message(
     assert expected in out + err
     if case == "a symlink planted inside a previous output":
         assert Path("/etc/passwd").read_text() and (tmp_path / "out" / "planted.yaml").is_symlink()
+
+
+# --- output directories that are not ours ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["/", "home", "fifo"])
+@pytest.mark.parametrize("check", [False, True], ids=["write", "check"])
+def test_a_foreign_output_directory_is_refused_at_once_through_the_real_cli(
+    tmp_path: Path, where: str, check: bool
+) -> None:
+    if where == "/":
+        out = Path("/")
+    else:
+        out = tmp_path / "dir"
+        (out / ".cache" / "deep").mkdir(parents=True)
+        (out / ".cache" / "deep" / "blob").write_bytes(os.urandom(1 << 20))
+        if where == "fifo":
+            os.mkfifo(out / "pipe")  # reading it would block for ever
+    result = subprocess.run([GPUPOLICY, "compile", str(EXAMPLES[0]), "-o", str(out), *(["--check"] if check else [])],
+                            capture_output=True, text=True, timeout=60)  # a walk of / or a FIFO read would not end
+    assert result.returncode == 2, result
+    assert "is not empty and has no .gpupolicy file, so it is not a gpupolicy output" in result.stderr
+    assert "Traceback" not in result.stderr and result.stdout == ""
+    if where != "/":
+        assert sorted(p.name for p in out.iterdir()) == ([".cache", "pipe"] if where == "fifo" else [".cache"])
+
+
+def test_a_fifo_planted_inside_a_previous_output_is_refused_not_waited_on(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert gpupolicy(["compile", str(EXAMPLES[0]), "-o", str(out)]) == 0
+    os.mkfifo(out / "device-plugin" / "pipe")
+    for extra in ([], ["--check"]):
+        result = subprocess.run([GPUPOLICY, "compile", str(EXAMPLES[0]), "-o", str(out), *extra],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2, result
+        assert "pipe is a FIFO, which gpupolicy never writes" in result.stderr
+
+
+# --- alias bombs inside complex keys, through every command that reads YAML ---------------------------------
+
+BOMB_KEY = SUBPROCESS_INPUTS["an alias bomb inside a complex key"]
+#: Runs a command as the only child of a fresh interpreter and prints the child's peak RSS in KiB.
+PEAK_RSS = ("import resource, subprocess, sys\n"
+            "done = subprocess.run(sys.argv[1:], capture_output=True, text=True, timeout=60)\n"
+            "sys.stdout.write(done.stdout + done.stderr)\n"
+            "print(f'\\nexit={done.returncode} peak_kib={resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}')\n")
+
+
+def bomb_case(tmp_path: Path, command: str) -> tuple[list[str], Path]:
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_bytes(BOMB_KEY)
+    if command == "validate":
+        return ["validate", str(bomb)], bomb
+    if command == "admit":
+        return ["admit", "-p", str(EXAMPLES[0]), str(bomb)], bomb
+    suite = tmp_path / "suite.yaml"
+    if command == "test (suite)":
+        suite.write_bytes(BOMB_KEY)
+        return ["test", str(suite)], suite
+    shutil.copy(EXAMPLES[0], tmp_path / "cluster.yaml")
+    suite.write_text("apiVersion: gpupolicy.dev/v1alpha1\nkind: AdmissionTestSuite\npolicy: cluster.yaml\n"
+                     "cases:\n- name: bomb\n  file: bomb.yaml\n  expect: {allowed: true}\n")
+    return ["test", str(suite)], bomb
+
+
+@pytest.mark.parametrize("command", ["validate", "admit", "test (suite)", "test (case file)"])
+def test_an_alias_bomb_in_a_complex_key_is_a_located_error_in_bounded_time_and_memory(
+    tmp_path: Path, command: str, figures: Figures
+) -> None:
+    argv, where = bomb_case(tmp_path, command)
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", PEAK_RSS, GPUPOLICY, *argv], capture_output=True, text=True,
+                            timeout=120)
+    seconds = time.monotonic() - started
+    output, _, tail = result.stdout.rstrip("\n").rpartition("\n")
+    exit_code, peak = (int(part.split("=")[1]) for part in tail.split())
+    assert exit_code in (1, 2), result.stdout
+    assert "Traceback" not in output and len(output) < 4000  # the 225-byte file once printed 72 MB
+    assert re.search(rf"{re.escape(str(where))}:1:3: error\[yaml-syntax\]: a mapping key is a list or a mapping",
+                     output), output
+    assert peak < 300 * 1024, f"{peak} KiB"  # it once took 1.7 GB
+    figures.record(f"complex-key alias bomb, {command}", seconds=round(seconds, 2), peak_mib=peak // 1024)

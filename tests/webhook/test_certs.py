@@ -183,3 +183,9 @@ def _serve_one_handshake(listener: socket.socket, ctx: ssl.SSLContext, errors: l
             tls.sendall(b"ok")
     except (OSError, ssl.SSLError) as err:
         errors.append(err)
+
+
+@pytest.mark.parametrize("days", [0, 3651, 100_000_000])
+def test_a_lifetime_beyond_the_cas_is_a_value_error_not_an_overflow(ca: certs.KeyPair, days: int) -> None:
+    with pytest.raises(ValueError, match="lives 1 to 3650 days"):
+        certs.make_serving_cert(ca, NAMES, days=days)

@@ -201,3 +201,15 @@ def test_time_slicing_oversubscribed_memory_ooms_and_retries() -> None:
     tasks = [simulate.Task(f"t{i}", 12 * 1024, 2.0) for i in range(4)]
     result = simulate.simulate(card, candidates.Candidate("time-slicing", 3), tasks, FIGURES)
     assert result.ooms > 0 and result.completed == 4
+
+
+@pytest.mark.parametrize(("version", "double_memory"), [("v0.13.0", False), ("v0.14.0", True)])
+def test_mig_candidates_are_only_layouts_the_targeted_plugin_release_starts_with(version: str,
+                                                                                double_memory: bool) -> None:
+    """v0.12 and v0.13 exit at start on the double-memory 1g profile (policy/releases.py): not a candidate there."""
+    target = candidates.target_for_model("H100", plugin=tuple(int(x) for x in version[1:].split(".")))
+    assert target is not None
+    workloads = _inventory("workloads: [{name: a, replicas: 4, memory: 9Gi, smActivity: 0.2}]").workloads
+    layouts = [c.layout for c in candidates.candidates(target, workloads, 10) if c.mode == "mig"]
+    assert layouts
+    assert any("1g.20gb" in dict(layout) for layout in layouts) is double_memory
