@@ -43,8 +43,11 @@ from webhook import connection, wsgi
 #: asyncio's SSLProtocol reads into a buffer of this many bytes per connection (3.11 default: 256 KiB,
 #: allocated and zeroed for every connection). A TLS record carries at most 16 KiB, so nothing is lost.
 TLS_READ_BYTES = 16 * 1024
-#: How many pending connections one wake-up of the listener accepts before the loop serves others.
-ACCEPT_BATCH = 64
+#: How many pending connections one wake-up of the listener accepts before the loop serves others. Every
+#: worker is woken for a pending connection, so taking one at a time spreads a burst over the workers;
+#: with 64 per wake-up the first awake worker took all 16 of wrk's connections (16/0) and the pod
+#: served from one CPU (bench/webhook_bench.py, conns/worker: 8/8 with 1).
+ACCEPT_BATCH = 1
 #: After its last answer, how long a closing TLS connection waits for the client's close_notify.
 TLS_SHUTDOWN_SECONDS = 1.0
 #: glibc's malloc_trim(3): parsing a large body leaves megabytes of freed heap that glibc would keep
