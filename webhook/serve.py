@@ -103,6 +103,10 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         return connection.Limits(header_timeout=s.effective_header_timeout, request_timeout=s.request_timeout_seconds,
                                  keepalive=s.keepalive_seconds, max_body=s.max_content_length)
 
+    def metrics_port(self) -> int:
+        """The plain-HTTP port for /metrics and the probes, or 0 (the worker serves it without TLS)."""
+        return self.settings.metrics_port
+
     def large_body_slots(self) -> int:
         """How many bodies past 64 KiB one worker reads at once (worker.py)."""
         return LARGE_BODY_SLOTS
@@ -110,7 +114,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
     def load_config(self) -> None:
         s = self.settings
         options: dict[str, Any] = {
-            "bind": [_address(s.bind, s.port)],
+            "bind": [_address(s.bind, s.port)] + ([_address(s.bind, s.metrics_port)] if s.metrics_port else []),
             "worker_class": "webhook.worker.EventLoopWorker",
             "workers": s.workers,
             "worker_connections": s.max_connections,
