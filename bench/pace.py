@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
 import os
 import ssl
@@ -98,8 +99,8 @@ class _Pool:
     def __init__(self, host: str, port: int, context: ssl.SSLContext, limit: int) -> None:
         self.host, self.port, self.context, self.limit = host, port, context, limit
         self.idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-        self.waiters: collections.deque[asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = \
-            collections.deque()
+        self.waiters: collections.deque[asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None]] \
+            = collections.deque()
         self.opened = 0
         self.peak = 0
 
@@ -111,28 +112,39 @@ class _Pool:
                                                  server_hostname=SERVICE_HOST)
         except BaseException:
             self.opened -= 1
+            self._wake(None)
             raise
 
     async def acquire(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if self.idle:
-            return self.idle.pop()
-        if self.opened < self.limit:
-            return await self.dial()
-        waiter = asyncio.get_running_loop().create_future()
-        self.waiters.append(waiter)
-        return await waiter
+        while True:
+            if self.idle:
+                return self.idle.pop()
+            if self.opened < self.limit:
+                return await self.dial()
+            waiter: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None] = \
+                asyncio.get_running_loop().create_future()
+            self.waiters.append(waiter)
+            conn = await waiter
+            if conn is not None:  # handed over; None: a slot came free, dial (or take an idle one)
+                return conn
 
     def release(self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
-        while self.waiters:
-            waiter = self.waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(conn)
-                return
-        self.idle.append(conn)
+        if not self._wake(conn):
+            self.idle.append(conn)
 
     def discard(self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None:
         conn[1].close()
         self.opened -= 1
+        self._wake(None)
+
+    def _wake(self, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None) -> bool:
+        """Hand conn (or a free slot) to the longest waiter still waiting; False if none is."""
+        while self.waiters:
+            waiter = self.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(conn)
+                return True
+        return False
 
     def close(self) -> None:
         for _, writer in self.idle:
@@ -161,9 +173,9 @@ async def run(url: str, rate: float, seconds: float, *, connections: int, contex
         payload, expect = payloads[k % len(payloads)]
         status, data = 0, b""
         for attempt in (1, 2):
-            try:
-                conn = await pool.acquire()
-            except (OSError, ssl.SSLError):
+            try:  # bounded too: a server that accepts and never answers must not hang the run
+                conn = await asyncio.wait_for(pool.acquire(), timeout)
+            except (OSError, ssl.SSLError, TimeoutError):
                 break
             if attempt == 1:
                 result.lags.append((clock() - due) * 1000)
@@ -185,9 +197,10 @@ async def run(url: str, rate: float, seconds: float, *, connections: int, contex
         else:
             result.ok += 1
 
-    warmed = [await pool.dial() for _ in range(min(warm, connections))]
-    for conn in warmed:
-        pool.release(conn)
+    for _ in range(min(warm, connections)):
+        # A server refusing connections now: the requests below dial on demand and count the failures.
+        with contextlib.suppress(OSError, ssl.SSLError, TimeoutError):
+            pool.release(await asyncio.wait_for(pool.dial(), timeout))
     tasks = []
     cpu0, t0 = time.process_time(), clock()
     total = int(rate * seconds)

@@ -1,25 +1,27 @@
-"""Webhook benchmark: the real server stack against a no-op floor on the same stack, over TLS with keep-alive.
+"""Webhook benchmark: the real server against two no-op floors on the same stack, over TLS with keep-alive.
 
     apt-get install -y wrk                                # saturation load (Debian 12 has no wrk2)
-    .venv/bin/python bench/webhook_bench.py               # full run: about 2 minutes
+    .venv/bin/python bench/webhook_bench.py               # full run: about 3 minutes
     .venv/bin/python bench/webhook_bench.py --quick       # a few seconds (the smoke test)
-    .venv/bin/python bench/webhook_bench.py --workers 2 --threads 1   # another worker model, same for both
+    .venv/bin/python bench/webhook_bench.py --server hypercorn   # another server in front of all three
 
-What runs, on 127.0.0.1 only, in one go:
-  real  `gpupolicy webhook serve` exactly as shipped: gunicorn gthread (GPUPOLICY_WORKERS x _THREADS,
-        default 2 x 4), TLS through webhook/tls.py, the compiled mixed-fleet admission policy, Prometheus
-        multiprocess metrics, one log line per review (to a file here, to the container log in a pod).
-  noop  bench/noop_app.py: the same WebhookServer class, gunicorn options and TLS reloader, serving a WSGI
-        app that parses the JSON body and allows it. The floor our stack can reach.
-Load, the same for both, interleaved so both see the same machine:
+What runs, on 127.0.0.1 only, in one go, each behind the same server (--server, bench/servers.py; default
+the shipped one: gunicorn with the event-loop worker, 2 processes, TLS through webhook/tls.py):
+  real   the webhook exactly as shipped (`gpupolicy webhook serve` for the default server): the compiled
+         mixed-fleet admission policy, Prometheus multiprocess metrics, one log line per review (to a file
+         here, to the container log in a pod);
+  noop   bench/noop_app.py's raw WSGI app: parses the JSON body and allows it. The floor of the stack;
+  flask  bench/noop_app.py's Flask app doing the same in a route: the floor of a Flask webhook, which the
+         real server's targets are set against (throughput ≥ 80 %, p99 at 500 req/s ≤ 1.25x).
+Load, the same for all three, interleaved so all see the same machine:
   fixed rates (100, 500, 1000 req/s): bench/pace.py, open loop, latency from each request's due time
         (wrk cannot pace; `hey -q` and `h2load --rps` start the clock at send time), keep-alive
         connections pooled as the API server's Go client pools them (reused, dialled on demand);
-  saturation: wrk -t1 -c16 with bench/post.lua (keep-alive, closed loop): the most either server answers.
+  saturation: wrk -t1 -c16 with bench/post.lua (keep-alive, closed loop): the most a server answers.
 Bodies: bench/reviews.py (a GPU Pod, a Deployment, a CronJob, a denied Pod; 5-15 KB, managedFields and all).
 Reported per run: achieved req/s, p50/p99/p99.9 latency, server CPU per request (all workers, from /proc:
-robust when the machine is noisy), how the connections spread over the workers, and real/noop ratios.
-Everything is bounded (--seconds per point) and the servers are stopped at the end, also on Ctrl-C.
+robust when the machine is noisy), how the connections spread over the workers, and the ratios to both
+floors. Everything is bounded (--seconds per point) and the servers are stopped at the end, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ sys.path.insert(1, str(ROOT))
 
 import pace  # noqa: E402
 import reviews  # noqa: E402
+import servers as servers_module  # noqa: E402
 
 PYTHON = sys.executable
 GPUPOLICY = str(Path(PYTHON).parent / "gpupolicy")
@@ -190,31 +193,35 @@ def stop(server: Server) -> None:
             server.process.wait()
 
 
+#: What runs behind the server kind: the webhook, the raw WSGI floor, the Flask floor (bench/noop_app.py).
+ROLES = {"real": "real", "noop": "noop", "flask": "flask-noop"}
+
+
 @contextmanager
-def servers(work: Path, args: argparse.Namespace) -> Iterator[tuple[Server, Server]]:
+def servers(work: Path, args: argparse.Namespace) -> Iterator[list[Server]]:
     certs = work / "certs"
     subprocess.run([GPUPOLICY, "webhook", "certs", "--out", str(certs)], check=True, capture_output=True)
     policy = write_policy(work, args.policy)
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     env["GPUPOLICY_DRAIN_SECONDS"] = "0"  # stop at once when done; serving is unaffected
-    model = []
+    env["GPUPOLICY_POLICY"] = str(policy)
     if args.workers:
-        model += ["--workers", str(args.workers)]
-    if args.threads:
-        model += ["--threads", str(args.threads)]
-    real_port, noop_port = free_port(), free_port()
-    real = start("real", [GPUPOLICY, "webhook", "serve", "--policy", str(policy), "--cert-dir", str(certs),
-                          "--bind", "127.0.0.1", "--port", str(real_port), *model], real_port, work, env)
-    noop = start("noop", [PYTHON, str(BENCH / "noop_app.py"), "--cert-dir", str(certs), "--bind", "127.0.0.1",
-                          "--port", str(noop_port), *model], noop_port, work, env)
+        env["GPUPOLICY_WORKERS"] = str(args.workers)
+    started: list[Server] = []
     try:
+        for role, app in ROLES.items():
+            if args.no_floors and role != "real":
+                continue
+            port = free_port()
+            started.append(start(role, servers_module.command(args.server, app, cert_dir=certs, port=port),
+                                 port, work, env))
         context = pace.client_context(certs / "ca.crt")
         context.check_hostname = False  # readiness only: dialled by IP
-        for server in (real, noop):
+        for server in started:
             wait_ready(server, context)
-        yield real, noop
+        yield started
     finally:
-        for server in (real, noop):
+        for server in started:
             stop(server)
 
 
@@ -272,31 +279,48 @@ def machine() -> str:
             f"load average {load:.2f} at start")
 
 
-def render(real: Server, noop: Server, meta: dict[str, Any]) -> str:
+def render(started: list[Server], meta: dict[str, Any]) -> str:
     lines = [f"# webhook_bench {meta['date']}", "", f"- machine: {meta['machine']}",
-             f"- server: gunicorn gthread {meta['model']}, TLS (webhook/tls.py), policy {meta['policy']}",
+             f"- server: {meta['server']} ({servers_module.KINDS[meta['server']]}), {meta['model']}, TLS, "
+             f"policy {meta['policy']}",
              f"- load: keep-alive, wrk -c{meta['connections']}, pacer pool up to {meta['connections']} connections;"
              f" {meta['seconds']:g} s per point", "",
              "| load | server | req/s | p50 ms | p99 ms | p99.9 ms | CPU µs/req | conns/worker | errors |",
              "|---|---|---:|---:|---:|---:|---:|---|---:|"]
-    for r, n in zip(real.points, noop.points, strict=True):
-        for p, name in ((r, "real"), (n, "noop")):
+    for points in zip(*(s.points for s in started), strict=True):
+        for p, server in zip(points, started, strict=True):
             spread = "/".join(map(str, p["conns_per_worker"]))
-            lines.append(f"| {p['load']} | {name} | {p['achieved_rps']:,.0f} | {p['p50_ms']:.2f} | {p['p99_ms']:.2f} | "
-                         f"{p['p999_ms']:.2f} | {p['cpu_us_per_req']:,.0f} | {spread} | {p['errors']} |")
-    lines += ["", "| load | throughput real/noop | CPU per request noop/real | p99 real − noop (ms) |",
-              "|---|---:|---:|---:|"]
-    for r, n in zip(real.points, noop.points, strict=True):
-        lines.append(f"| {r['load']} | {r['achieved_rps'] / n['achieved_rps']:.0%} | "
-                     f"{n['cpu_us_per_req'] / r['cpu_us_per_req']:.0%} | {r['p99_ms'] - n['p99_ms']:+.2f} |")
-    lag = [p["client_lag_p99_ms"] for s in (real, noop) for p in s.points if p["client_lag_p99_ms"] is not None]
-    cpu = [p["client_cpu"] for s in (real, noop) for p in s.points if p["client_cpu"] is not None]
+            lines.append(f"| {p['load']} | {server.name} | {p['achieved_rps']:,.0f} | {p['p50_ms']:.2f} | "
+                         f"{p['p99_ms']:.2f} | {p['p999_ms']:.2f} | {p['cpu_us_per_req']:,.0f} | {spread} | "
+                         f"{p['errors']} |")
+    if len(started) == len(ROLES):
+        lines += _ratios(*started)
+    lines += _pacer_check(started)
+    return "\n".join(lines) + "\n"
+
+
+def _ratios(real: Server, noop: Server, flask: Server) -> list[str]:
+    lines = ["", "Against the floors (targets: throughput at saturation ≥ 80 % and p99 at 500 req/s ≤ 1.25x "
+                 "the Flask floor's):", "",
+             "| load | throughput real/flask | real/noop | p99 real/flask | p99 real/noop | CPU/req real − flask µs |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r, n, f in zip(real.points, noop.points, flask.points, strict=True):
+        lines.append(f"| {r['load']} | {r['achieved_rps'] / f['achieved_rps']:.0%} | "
+                     f"{r['achieved_rps'] / n['achieved_rps']:.0%} | {r['p99_ms'] / f['p99_ms']:.2f}x | "
+                     f"{r['p99_ms'] / n['p99_ms']:.2f}x | {r['cpu_us_per_req'] - f['cpu_us_per_req']:+,.0f} |")
+    return lines
+
+
+def _pacer_check(started: list[Server]) -> list[str]:
+    lines: list[str] = []
+    lag = [p["client_lag_p99_ms"] for s in started for p in s.points if p["client_lag_p99_ms"] is not None]
+    cpu = [p["client_cpu"] for s in started for p in s.points if p["client_cpu"] is not None]
     if lag:
         lines += ["", f"Pacer self-check: client lag p99 ≤ {max(lag):.2f} ms, client CPU ≤ {max(cpu):.0%} of a core."]
         if max(lag) > 5.0:  # on an idle machine the pacer stays within ~2 ms of schedule at 1,000 req/s
             lines += ["", f"WARNING: the load generator fell up to {max(lag):.0f} ms behind schedule, so something "
                           "else was using the CPUs: latencies are not representative; CPU per request still is."]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -306,10 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default="100,500,1000", help="fixed rates in req/s (default 100,500,1000)")
     parser.add_argument("--connections", type=int, default=16,
                         help="wrk's connections, and the most the pacer's pool opens (default 16)")
-    parser.add_argument("--workers", type=int, help="gunicorn workers for both servers (default: as shipped)")
-    parser.add_argument("--threads", type=int, help="threads per worker for both servers (default: as shipped)")
+    parser.add_argument("--server", default="eventloop", choices=sorted(servers_module.KINDS),
+                        help="the server in front of all three apps (default: eventloop, as shipped)")
+    parser.add_argument("--workers", type=int, help="worker processes for every server (default: as shipped)")
     parser.add_argument("--policy", default="mixed-fleet", help="example whose policy the real server loads")
     parser.add_argument("--no-wrk", action="store_true", help="skip the saturation runs")
+    parser.add_argument("--no-floors", action="store_true", help="the real server only (comparing servers)")
     parser.add_argument("--json", type=Path, help="also write every point as JSON here")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so the servers are stopped too
@@ -324,23 +350,23 @@ def main(argv: list[str] | None = None) -> int:
     shipped = Settings()
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(), "load": os.getloadavg()[0],
             "policy": args.policy,
-            "model": f"{args.workers or shipped.workers} workers x {args.threads or shipped.threads} threads",
+            "server": args.server, "model": f"{args.workers or shipped.workers} workers",
             "connections": args.connections, "seconds": args.seconds}
     with tempfile.TemporaryDirectory(prefix="gpupolicy-bench-") as tmp:
         work = Path(tmp)
         bodies = write_bodies(work / "bodies")
-        with servers(work, args) as (real, noop):
+        with servers(work, args) as started:
             ca = work / "certs" / "ca.crt"
             for rate in rates:
-                for server in (real, noop):
+                for server in started:
                     fixed_rate(server, rate, args.seconds, connections=args.connections, ca=ca)
             if use_wrk:
-                for server in (real, noop):
+                for server in started:
                     saturation(server, args.seconds, connections=args.connections, bodies=bodies)
-        sys.stdout.write(render(real, noop, meta))
+        sys.stdout.write(render(started, meta))
         if args.json:
-            args.json.write_text(json.dumps({"meta": meta, "real": real.points, "noop": noop.points}, indent=2))
-        failed = [p for s in (real, noop) for p in s.points if p["errors"]]
+            args.json.write_text(json.dumps({"meta": meta, **{s.name: s.points for s in started}}, indent=2))
+        failed = [p for s in started for p in s.points if p["errors"]]
         if failed:
             print(f"errors in {len(failed)} point(s); server logs were in {work}", file=sys.stderr)
             print((work / "real.log").read_text()[-3000:], file=sys.stderr)

@@ -50,14 +50,16 @@ def bodies() -> list[tuple[str, bytes]]:
 
 
 class Sampler:
-    def __init__(self, pid: int) -> None:
-        self.pid, self.peak, self.stop = pid, 0.0, threading.Event()
+    """The highest PSS of the server's process tree, read every interval seconds on a thread of its own."""
+
+    def __init__(self, pid: int, interval: float = 0.02) -> None:
+        self.pid, self.interval, self.peak, self.stop = pid, interval, 0.0, threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self.stop.is_set():
             self.peak = max(self.peak, soak.memory_mib(self.pid)["pss_mib"])
-            time.sleep(0.02)
+            time.sleep(self.interval)
 
 
 def hostile_bodies(server: soak.Server, seconds: float, clients: int) -> dict[str, Any]:

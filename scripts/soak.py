@@ -17,6 +17,7 @@ Only loopback is ever contacted; the server binds 127.0.0.1.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -324,8 +325,12 @@ class Server:
 
 
 def start_server(workdir: Path, *, workers: int, threads: int, env: Mapping[str, str] | None = None,
-                 spec: Path = SPEC) -> Server:
-    """`gpupolicy webhook serve` on a free loopback port with a fresh development certificate."""
+                 spec: Path = SPEC, command: Callable[[Path, int], list[str]] | None = None) -> Server:
+    """`gpupolicy webhook serve` on a free loopback port with a fresh development certificate.
+
+    command(cert_dir, port), when given, is the command line to start instead (another server in front of
+    the same app: bench/servers.py); it gets the same GPUPOLICY_* environment, the spec in GPUPOLICY_SPEC.
+    """
     certs = workdir / "certs"
     subprocess.run([GPUPOLICY, "webhook", "certs", "--out", str(certs)], check=True, capture_output=True)
     with socket.socket() as probe:
@@ -333,12 +338,13 @@ def start_server(workdir: Path, *, workers: int, threads: int, env: Mapping[str,
         port = int(probe.getsockname()[1])
     environment = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     environment.update({"GPUPOLICY_WORKERS": str(workers), "GPUPOLICY_THREADS": str(threads),
-                        "GPUPOLICY_DRAIN_SECONDS": "0.5", **(env or {})})
+                        "GPUPOLICY_DRAIN_SECONDS": "0.5", "GPUPOLICY_SPEC": str(spec), **(env or {})})
+    argv = command(certs, port) if command else [GPUPOLICY, "webhook", "serve", "--cert-dir", str(certs),
+                                                 "--bind", LOOPBACK, "--port", str(port)]
     log = workdir / "server.log"
     with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [GPUPOLICY, "webhook", "serve", "--spec", str(spec), "--cert-dir", str(certs), "--bind", LOOPBACK,
-             "--port", str(port)], stdout=sink, stderr=subprocess.STDOUT, env=environment)
+        process = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=environment,
+                                   start_new_session=True)
     server = Server(process, Target(port, (certs / "ca.crt",)), log)
     deadline = time.monotonic() + 30
     context = server.target.context()
@@ -364,10 +370,13 @@ def stop_server(server: Server, timeout: float = 30.0) -> int:
     if server.process.poll() is None:
         server.process.send_signal(signal.SIGTERM)
     try:
-        return server.process.wait(timeout=timeout)
+        status = server.process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         server.process.kill()
-        return server.process.wait()
+        status = server.process.wait()
+    with contextlib.suppress(ProcessLookupError):  # a worker that outlived its server (its own session)
+        os.killpg(server.process.pid, signal.SIGKILL)
+    return status
 
 
 # --- the command line -------------------------------------------------------------------------------------

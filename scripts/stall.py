@@ -31,6 +31,7 @@ import json
 import multiprocessing
 import os
 import ssl
+import statistics
 import sys
 import tempfile
 import time
@@ -41,7 +42,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
 
+import memory  # noqa: E402
 import pace  # noqa: E402
 import reviews  # noqa: E402
 import soak  # noqa: E402
@@ -57,12 +60,32 @@ KINDS: dict[str, tuple[bytes, bytes]] = {
     "chunked": (HEAD + b"Transfer-Encoding: chunked\r\n\r\nffffffffffff\r\n", b"[" * 1000),
 }
 PROBE = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+CHUNKED_HEAD = (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+#: Malformed chunked framing, sent after CHUNKED_HEAD: each must get a 4xx, no traceback, no internal error.
+MALFORMED_FRAMING: dict[str, bytes] = {
+    "chunk size zz": b"zz\r\n{}\r\n0\r\n\r\n",
+    "chunk size -2": b"-2\r\n{}\r\n0\r\n\r\n",
+    "chunk size 0x2": b"0x2\r\n{}\r\n0\r\n\r\n",
+    "chunk size of 20 hex digits": b"ffffffffffffffffffff\r\n{}\r\n0\r\n\r\n",
+    "a missing CRLF after the chunk": b"2\r\n{}0\r\n\r\n",
+    "a malformed trailer": b"2\r\n{}\r\n0\r\nbad trailer\r\n\r\n",
+    "a 20 KB trailer": b"2\r\n{}\r\n0\r\nX-Trailer: " + b"t" * 20_000 + b"\r\n\r\n",
+}
+#: Broken framing outside the chunks (whole requests).
+MALFORMED_REQUESTS: dict[str, bytes] = {
+    "Content-Length with chunked": HEAD + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                   b"2\r\n{}\r\n0\r\n\r\n",
+    "a negative Content-Length": HEAD + b"Content-Length: -5\r\n\r\n",
+    "a garbage request line": b"\x16\x03garbage\r\n\r\n",
+}
+INTERNAL_ERRORS = "gpupolicy_webhook_internal_errors_total"
 
 
 # --- the hostile side (its own process, so its TLS work does not delay the reviews' clock) ----------------
 
 
-async def _hold(kind: str, port: int, context: ssl.SSLContext, until: float, counts: dict[str, int]) -> None:
+async def _hold(kind: str, port: int, context: ssl.SSLContext, until: float, counts: dict[str, Any]) -> None:
     prefix, trickle = KINDS[kind]
     while time.monotonic() < until:
         try:
@@ -73,6 +96,7 @@ async def _hold(kind: str, port: int, context: ssl.SSLContext, until: float, cou
             await asyncio.sleep(0.5)
             continue
         counts["opened"] += 1
+        opened = time.monotonic()
         eof = asyncio.ensure_future(reader.read(-1))
         try:
             writer.write(prefix)
@@ -86,24 +110,30 @@ async def _hold(kind: str, port: int, context: ssl.SSLContext, until: float, cou
             pass
         if eof.done():
             counts["dropped"] += 1
+            counts["held_s"].append(time.monotonic() - opened)
         eof.cancel()
         writer.close()
         await asyncio.sleep(0.05)
 
 
-async def _attack(port: int, ca: Path, per_kind: int, seconds: float) -> dict[str, int]:
+async def _attack(port: int, ca: Path, per_kind: int, seconds: float) -> dict[str, Any]:
     asyncio.sslproto.SSLProtocol.max_size = 16 * 1024  # 500 client connections: keep their buffers small
     context = pace.client_context(ca)
-    counts = {"opened": 0, "dropped": 0, "refused": 0}
+    counts: dict[str, dict[str, Any]] = {kind: {"opened": 0, "dropped": 0, "refused": 0, "held_s": []}
+                                         for kind in KINDS}
     until = time.monotonic() + seconds
     tasks = []
     for index in range(per_kind):
         for kind in KINDS:
-            tasks.append(asyncio.create_task(_hold(kind, port, context, until, counts)))
+            tasks.append(asyncio.create_task(_hold(kind, port, context, until, counts[kind])))
         if index % 10 == 9:
             await asyncio.sleep(0.05)  # open them over a second or two, not in one burst
     await asyncio.gather(*tasks)
-    return counts
+    by_kind = {kind: {**{k: v for k, v in c.items() if k != "held_s"},
+                      "held_s_median": round(statistics.median(c["held_s"]), 1) if c["held_s"] else None}
+               for kind, c in counts.items()}
+    totals = {key: sum(c[key] for c in counts.values()) for key in ("opened", "dropped", "refused")}
+    return {**totals, "by_kind": by_kind}
 
 
 def _attacker(port: int, ca: Path, per_kind: int, seconds: float, out: Any) -> None:
@@ -142,9 +172,65 @@ async def _legitimate(port: int, ca: Path, rate: float, seconds: float) -> dict[
             "healthz_probes": len(probes), "healthz_failures": failed}
 
 
-def measure(*, per_kind: int = 100, rate: float = 100.0, seconds: float = 30.0, workdir: Path) -> dict[str, Any]:
-    """Run the whole check against a fresh server in workdir; every figure in one dict."""
-    server = soak.start_server(workdir, workers=2, threads=1, spec=SPEC)
+async def _send_raw(port: int, context: ssl.SSLContext, data: bytes) -> str:
+    """The status a raw request got on a fresh connection, or how the server ended it without one."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(
+            soak.LOOPBACK, port, ssl=context, server_hostname=soak.SERVICE_HOST), 5)
+    except (OSError, ssl.SSLError, TimeoutError) as err:
+        return f"connect failed: {type(err).__name__}"
+    try:
+        writer.write(data)
+        answer = await asyncio.wait_for(reader.read(200), 5)
+    except TimeoutError:
+        return "no answer in 5 s"
+    except (OSError, ssl.SSLError):
+        answer = b""
+    finally:
+        writer.close()
+    return answer.split(b" ", 2)[1].decode() if answer.startswith(b"HTTP/1.") else "closed without an answer"
+
+
+async def _framing(port: int, ca: Path) -> dict[str, Any]:
+    context = pace.client_context(ca)
+
+    async def internal_errors() -> float | None:
+        reader, writer = await asyncio.open_connection(soak.LOOPBACK, port, ssl=context,
+                                                       server_hostname=soak.SERVICE_HOST)
+        writer.write(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        text = (await asyncio.wait_for(reader.read(-1), 5)).decode("latin-1")
+        writer.close()
+        found = [line.split()[-1] for line in text.splitlines() if line.startswith(INTERNAL_ERRORS + " ")]
+        return float(found[0]) if found else None
+
+    before = await internal_errors()
+    cases = {**{name: CHUNKED_HEAD + framing for name, framing in MALFORMED_FRAMING.items()}, **MALFORMED_REQUESTS}
+    statuses = {name: await _send_raw(port, context, data) for name, data in cases.items()}
+    after = await internal_errors()
+    return {"statuses": statuses, "internal_errors_added": None if before is None else (after or 0) - before,
+            "all_4xx": all(status.startswith("4") for status in statuses.values())}
+
+
+def framing_report(port: int, ca: Path) -> dict[str, Any]:
+    """Every malformed framing case sent once: what each got, and whether the internal-error count moved."""
+    return asyncio.run(_framing(port, ca))
+
+
+def measure(*, per_kind: int = 100, rate: float = 100.0, seconds: float = 30.0, workdir: Path,
+            server_kind: str = "eventloop") -> dict[str, Any]:
+    """Run the whole check against a fresh server in workdir; every figure in one dict.
+
+    server_kind other than the shipped `eventloop` puts another server (bench/servers.py) in front of the
+    same app with the same settings.
+    """
+    command = None
+    if server_kind != "eventloop":
+        import servers
+
+        def command(certs: Path, port: int) -> list[str]:
+            return servers.command(server_kind, "real", cert_dir=certs, port=port)
+
+    server = soak.start_server(workdir, workers=2, threads=1, spec=SPEC, command=command)
     ca = server.target.ca_files[0]
     queue: multiprocessing.Queue[dict[str, int]] = multiprocessing.Queue()
     ramp = 3.0 + per_kind * len(KINDS) / 200  # the hostile connections are open before the clock starts
@@ -154,18 +240,24 @@ def measure(*, per_kind: int = 100, rate: float = 100.0, seconds: float = 30.0, 
         attacker.start()
         time.sleep(ramp)
         before = soak.memory_mib(server.process.pid)
+        # Every 0.25 s: reading smaps of three processes takes CPU from the pacer in this same process.
+        sampler = memory.Sampler(server.process.pid, interval=0.25)
+        sampler.thread.start()
         legitimate = asyncio.run(_legitimate(server.target.port, ca, rate, seconds))
+        sampler.stop.set()
+        sampler.thread.join()
         after = soak.memory_mib(server.process.pid)
         hostile = queue.get(timeout=60)
         attacker.join(timeout=10)
+        framing = framing_report(server.target.port, ca)
     finally:
         if attacker.is_alive():
             attacker.kill()
         status = soak.stop_server(server)
     log = server.log_text()
-    return {**legitimate, "hostile": {"per_kind": per_kind, "kinds": sorted(KINDS), **hostile},
-            "memory_during_mib": before, "memory_end_mib": after, "server_exit": status,
-            "tracebacks_in_log": log.count("Traceback")}
+    return {**legitimate, "server": server_kind, "hostile": {"per_kind": per_kind, "kinds": sorted(KINDS), **hostile},
+            "memory_during_mib": before, "memory_end_mib": after, "peak_pss_mib": round(sampler.peak, 1),
+            "framing": framing, "server_exit": status, "tracebacks_in_log": log.count("Traceback")}
 
 
 def verdict(report: dict[str, Any], max_p99_ms: float) -> list[str]:
@@ -178,6 +270,8 @@ def verdict(report: dict[str, Any], max_p99_ms: float) -> list[str]:
         problems.append(f"review p99 {reviews_['p99_ms']:.1f} ms >= {max_p99_ms:g} ms")
     if report["healthz_failures"] or report["healthz_max_s"] >= 1.0:
         problems.append(f"/healthz: {report['healthz_failures'][:3]} slowest {report['healthz_max_s']} s")
+    if not report["framing"]["all_4xx"] or report["framing"]["internal_errors_added"]:
+        problems.append(f"malformed framing: {report['framing']}")
     if report["server_exit"] != 0 or report["tracebacks_in_log"]:
         problems.append(f"server exit {report['server_exit']}, {report['tracebacks_in_log']} tracebacks")
     return problems
@@ -189,12 +283,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=100.0, help="valid reviews per second (default 100)")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the reviews run (default 30)")
     parser.add_argument("--max-p99-ms", type=float, default=100.0)
+    parser.add_argument("--server", default="eventloop",
+                        help="the server in front of the app: eventloop (as shipped) or a kind from bench/servers.py")
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
     if os.getloadavg()[0] > (os.cpu_count() or 1):
         print(f"note: load average {os.getloadavg()[0]:.1f} at start", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="gpupolicy-stall-") as tmp:
-        report = measure(per_kind=args.per_kind, rate=args.rate, seconds=args.seconds, workdir=Path(tmp))
+        report = measure(per_kind=args.per_kind, rate=args.rate, seconds=args.seconds, workdir=Path(tmp),
+                         server_kind=args.server)
     text = json.dumps(report, indent=2, sort_keys=True)
     print(text)
     if args.json:

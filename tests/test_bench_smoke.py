@@ -8,6 +8,7 @@ bytes than PyYAML's emitter, and the webhook benchmark if a server answered with
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -53,14 +54,15 @@ def test_yaml_bench_finds_no_byte_the_fast_emitter_writes_differently() -> None:
 
 @pytest.fixture(scope="module")
 def webhook_bench_output() -> str:
-    """One quick run of the real server and the no-op floor (with wrk when installed)."""
+    """One quick run of the real server and both no-op floors (with wrk when installed)."""
     return run_bench("webhook_bench.py", *(() if shutil.which("wrk") else ("--no-wrk",)))
 
 
-def test_webhook_bench_paces_the_real_server_and_the_noop_floor(webhook_bench_output: str) -> None:
+def test_webhook_bench_paces_the_real_server_and_both_floors(webhook_bench_output: str) -> None:
     assert "| 100 req/s | real |" in webhook_bench_output
     assert "| 100 req/s | noop |" in webhook_bench_output
-    assert "throughput real/noop" in webhook_bench_output
+    assert "| 100 req/s | flask |" in webhook_bench_output
+    assert "throughput real/flask" in webhook_bench_output
 
 
 def test_webhook_bench_saturates_both_servers_with_wrk(webhook_bench_output: str) -> None:
@@ -68,3 +70,10 @@ def test_webhook_bench_saturates_both_servers_with_wrk(webhook_bench_output: str
         pytest.skip("wrk is not installed (apt-get install -y wrk): the saturation part was not run")
     assert "| saturation (wrk) | real |" in webhook_bench_output
     assert "| saturation (wrk) | noop |" in webhook_bench_output
+    assert "| saturation (wrk) | flask |" in webhook_bench_output
+
+
+def test_tail_profile_watches_the_workers_event_loops_and_reports_their_stalls() -> None:
+    report = json.loads(run_bench("tail_profile.py"))
+    assert report["client"]["errors"] == 0 and report["client"]["requests"] == 100
+    assert {"stalls_over_threshold", "thread_states_while_stalled", "app_ms"} <= report.keys()

@@ -61,8 +61,6 @@ class Host(Protocol):
     """What a connection needs from the worker that accepted it."""
 
     @property
-    def wsgi_app(self) -> wsgi.WSGIApp: ...
-    @property
     def limits(self) -> Limits: ...
     @property
     def draining(self) -> bool: ...
@@ -84,8 +82,9 @@ class Refused(Exception):
 class Connection(asyncio.Protocol):
     """The HTTP/1.1 side of one accepted connection (asyncio runs TLS underneath)."""
 
-    def __init__(self, host: Host, *, accepted_at: float) -> None:
+    def __init__(self, host: Host, app: wsgi.WSGIApp, *, accepted_at: float) -> None:
         self.host = host
+        self.app = app
         self.limits = host.limits
         self.loop = asyncio.get_running_loop()
         self.accepted_at = accepted_at
@@ -274,7 +273,7 @@ class Connection(asyncio.Protocol):
             return
         env = wsgi.environ(request, url.path or b"/", url.query or b"", self.endpoint)
         try:
-            status, headers, body = wsgi.call(self.host.wsgi_app, env)
+            status, headers, body = wsgi.call(self.app, env)
         except Exception:
             # The Flask app answers every error itself (app.py's last-resort handler); reaching here is a bug.
             log.exception("the application failed on %s %s from %s", request.method,
@@ -353,6 +352,13 @@ class Connection(asyncio.Protocol):
         if self._large:
             self._large = False
             self.host.large_body_done(self)
+
+
+def not_found(env: dict[str, Any], start_response: Any) -> list[bytes]:
+    """A WSGI app answering 404 with a metav1.Status, as the webhook's own errors are answered."""
+    status, headers, body = _status_answer(404, f"{env['PATH_INFO'][:200]!r} is not served on this port")
+    start_response(status, headers)
+    return [body]
 
 
 def _status_answer(code: int, message: str) -> tuple[str, list[tuple[str, str]], bytes]:

@@ -30,11 +30,14 @@ WORKER_TIMEOUT_SECONDS = 30
 LARGE_BODY_SLOTS = 4
 
 
-def run(settings: Settings) -> int:
-    """Serve until SIGTERM (drain, then exit 0) or SIGINT. Raises SettingsError for unusable certificates."""
+def run(settings: Settings, *, application: type[WebhookServer] | None = None) -> int:
+    """Serve until SIGTERM (drain, then exit 0) or SIGINT. Raises SettingsError for unusable certificates.
+
+    application replaces WebhookServer (the benchmarks' floors load another app on the same stack).
+    """
     if settings.cert_file is None or settings.key_file is None:
         raise SettingsError("the webhook serves TLS only: give --cert-dir, or --cert and --key")
-    _configure_logging(settings.log_level)
+    configure_logging(settings.log_level)
     reloader = tls.CertificateReloader(settings.cert_file, settings.key_file)
     try:
         reloader.context()  # fail now, with a message, rather than at the first handshake
@@ -43,7 +46,7 @@ def run(settings: Settings) -> int:
     metrics_dir, owned = _prepare_metrics_dir(settings)
     master = os.getpid()
     try:
-        WebhookServer(dataclasses.replace(settings, metrics_dir=metrics_dir), reloader).run()
+        (application or WebhookServer)(dataclasses.replace(settings, metrics_dir=metrics_dir), reloader).run()
     finally:
         # Workers are forked from inside run() and unwind through here too when they exit: only the
         # master may remove the directory they all write to.
@@ -69,7 +72,8 @@ def _prepare_metrics_dir(settings: Settings) -> tuple[Path | None, bool]:
     return directory, owned
 
 
-def _configure_logging(level: str) -> None:
+def configure_logging(level: str) -> None:
+    """The `gpupolicy` loggers to stderr, one line per record with the process id (workers log apart)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"))
     logger = logging.getLogger("gpupolicy")
@@ -99,6 +103,10 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         return connection.Limits(header_timeout=s.effective_header_timeout, request_timeout=s.request_timeout_seconds,
                                  keepalive=s.keepalive_seconds, max_body=s.max_content_length)
 
+    def metrics_port(self) -> int:
+        """The plain-HTTP port for /metrics and the probes, or 0 (the worker serves it without TLS)."""
+        return self.settings.metrics_port
+
     def large_body_slots(self) -> int:
         """How many bodies past 64 KiB one worker reads at once (worker.py)."""
         return LARGE_BODY_SLOTS
@@ -106,7 +114,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
     def load_config(self) -> None:
         s = self.settings
         options: dict[str, Any] = {
-            "bind": [_address(s.bind, s.port)],
+            "bind": [_address(s.bind, s.port)] + ([_address(s.bind, s.metrics_port)] if s.metrics_port else []),
             "worker_class": "webhook.worker.EventLoopWorker",
             "workers": s.workers,
             "worker_connections": s.max_connections,

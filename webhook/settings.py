@@ -40,6 +40,10 @@ class Settings:
     key_file: Path | None = None
     bind: str = "0.0.0.0"
     port: int = 8443
+    metrics_port: int = 0
+    """A second port, plain HTTP, serving only /metrics, /healthz and /readyz (0: none). It lets Prometheus
+    scrape where the NetworkPolicy admits only the API server to the serving port; the compiled Deployment
+    uses 9090. /metrics stays on the serving port too."""
     workers: int = 2
     threads: int = 1
     """Not used since the event-loop worker: accepted so that existing `--threads` command lines still run."""
@@ -105,6 +109,9 @@ class Settings:
             raise SettingsError("the certificate and its key go together (--cert and --key, or --cert-dir)")
         if not 0 < self.port < 65536:
             raise SettingsError(f"port {self.port} is not between 1 and 65535")
+        if not 0 <= self.metrics_port < 65536 or self.metrics_port == self.port:
+            raise SettingsError(f"metrics port {self.metrics_port} must be 0 (none) or a port from 1 to 65535 "
+                                f"other than the serving port {self.port}")
         if self.workers < 1 or self.threads < 1:
             raise SettingsError("workers and threads must be at least 1")
         if self.max_connections < 1:
@@ -143,7 +150,7 @@ def _to_bool(text: str) -> bool:
 
 
 _CONVERTERS: dict[str, Callable[[str], Any]] = {
-    "port": int, "workers": int, "threads": int, "max_content_length": int, "max_connections": int,
+    "port": int, "metrics_port": int, "workers": int, "threads": int, "max_content_length": int, "max_connections": int,
     "reload_interval_seconds": float, "drain_seconds": float, "graceful_timeout_seconds": float,
     "keepalive_seconds": float, "header_timeout_seconds": float, "request_timeout_seconds": float,
     "log_objects": _to_bool,

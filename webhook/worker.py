@@ -9,7 +9,8 @@ GIL, so a thread pool would add hand-offs and buy no parallelism. Two processes 
 
 What the worker bounds:
 * connections: at most `max_connections` open at once (gunicorn's `worker_connections`), handshakes
-  included; beyond that a new connection is closed at once, before any TLS work, and counted;
+  included; beyond that a new connection is closed at once, before any TLS work, and counted. The
+  metrics port, when there is one, has its own 16, plain HTTP, and serves only /metrics and the probes;
 * TLS: the handshake must finish within the header timeout; each handshake uses the newest good
   certificate (the `ssl_context` hook, tls.CertificateReloader); asyncio's per-connection read buffer is
   cut from 256 KiB to 16 KiB (one TLS record), or a thousand idle connections would hold 256 MiB;
@@ -43,13 +44,21 @@ from webhook import connection, wsgi
 #: asyncio's SSLProtocol reads into a buffer of this many bytes per connection (3.11 default: 256 KiB,
 #: allocated and zeroed for every connection). A TLS record carries at most 16 KiB, so nothing is lost.
 TLS_READ_BYTES = 16 * 1024
-#: How many pending connections one wake-up of the listener accepts before the loop serves others.
-ACCEPT_BATCH = 64
+#: How many pending connections one wake-up of the listener accepts before the loop serves others. Every
+#: worker is woken for a pending connection, so taking one at a time spreads a burst over the workers;
+#: with 64 per wake-up the first awake worker took all 16 of wrk's connections (16/0) and the pod
+#: served from one CPU (bench/webhook_bench.py, conns/worker: 8/8 with 1).
+ACCEPT_BATCH = 1
 #: After its last answer, how long a closing TLS connection waits for the client's close_notify.
 TLS_SHUTDOWN_SECONDS = 1.0
 #: glibc's malloc_trim(3): parsing a large body leaves megabytes of freed heap that glibc would keep
 #: (measured: the pod settled 15-20 MiB higher without it, scripts/memory.py). None on other C libraries.
 _MALLOC_TRIM = getattr(ctypes.CDLL(ctypes.util.find_library("c")), "malloc_trim", None)
+#: What the plain-HTTP metrics port serves (serve.py `metrics_port`); anything else there is a 404.
+SCRAPE_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
+#: Open connections per worker on the metrics port, apart from the serving port's: a scraper needs one or
+#: two, and whoever else reaches that port cannot take connections from the API server.
+SCRAPE_CONNECTIONS = 16
 #: Drop reports logged one by one per window; the rest are counted and summed up in one line.
 LOG_BURST, LOG_WINDOW_SECONDS = 20, 10.0
 
@@ -59,7 +68,8 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.connections: set[connection.Connection] = set()
+        self.connections: set[connection.Connection] = set()  # on the serving port
+        self._scrapes: set[connection.Connection] = set()  # on the metrics port
         self._large: set[connection.Connection] = set()
         self._waiting: collections.deque[connection.Connection] = collections.deque()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -69,10 +79,6 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self._suppressed: dict[str, int] = {}
 
     # --- connection.Host ------------------------------------------------------------------------------
-
-    @property
-    def wsgi_app(self) -> wsgi.WSGIApp:
-        return self.wsgi  # type: ignore[no-any-return]
 
     @property
     def limits(self) -> connection.Limits:
@@ -102,6 +108,7 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
 
     def closed(self, conn: connection.Connection) -> None:
         self.connections.discard(conn)
+        self._scrapes.discard(conn)
 
     def after_large_request(self) -> None:
         """Hand the heap's free pages back to the kernel after a large body (glibc keeps them otherwise)."""
@@ -136,6 +143,7 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self._stopping = asyncio.Event()
         self._limits = self.app.connection_limits()
         self._large_slots = self.app.large_body_slots()
+        self._metrics_port = self.app.metrics_port()
         super().init_process()  # signals, the application, then run()
 
     def init_signals(self) -> None:
@@ -158,9 +166,12 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
 
     async def _serve(self) -> None:
         assert self.loop is not None and self._stopping is not None
+        scrape_app = wsgi.only(self.wsgi, SCRAPE_PATHS, connection.not_found)
         for listener in self.sockets:
             listener.sock.setblocking(False)
-            self.loop.add_reader(listener.sock.fileno(), self._accept, listener.sock)
+            scrape = bool(self._metrics_port) and listener.sock.getsockname()[1] == self._metrics_port
+            self.loop.add_reader(listener.sock.fileno(), self._accept, listener.sock,
+                                 self._scrapes if scrape else self.connections, scrape_app if scrape else self.wsgi)
         heartbeat = max(0.5, min(1.0, self.timeout / 4))
         while self.alive:
             self.notify()
@@ -171,8 +182,11 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
                 await asyncio.wait_for(self._stopping.wait(), heartbeat)
         await self._drain()
 
-    def _accept(self, listener: socket.socket) -> None:
+    def _accept(self, listener: socket.socket, table: set[connection.Connection], app: wsgi.WSGIApp) -> None:
+        """Accept what the listener has, into table (serving or scrape connections), served by app."""
         assert self.loop is not None
+        scrape = table is self._scrapes
+        limit = SCRAPE_CONNECTIONS if scrape else self.cfg.worker_connections
         for _ in range(ACCEPT_BATCH):
             try:
                 client, _ = listener.accept()
@@ -181,21 +195,22 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
             except OSError as err:  # EMFILE, ENOBUFS, ...: the backlog keeps the client for the next try
                 self.log.warning("cannot accept a connection: %s", err)
                 return
-            if len(self.connections) >= self.cfg.worker_connections:
-                self.dropped("connection-limit", f"{_peer(client)}: refused, {len(self.connections)} connections "
-                                                 f"are open (the limit per worker)")
+            if len(table) >= limit:
+                self.dropped("connection-limit", f"{_peer(client)}: refused, {len(table)} connections are open "
+                                                 f"on the {'metrics' if scrape else 'serving'} port (the limit "
+                                                 f"per worker)")
                 client.close()
                 continue
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = connection.Connection(self, accepted_at=self.loop.time())
-            self.connections.add(conn)
-            self.loop.create_task(self._start(conn, client))
+            conn = connection.Connection(self, app, accepted_at=self.loop.time())
+            table.add(conn)
+            self.loop.create_task(self._start(conn, client, tls=self.cfg.is_ssl and not scrape))
 
-    async def _start(self, conn: connection.Connection, client: socket.socket) -> None:
+    async def _start(self, conn: connection.Connection, client: socket.socket, *, tls: bool) -> None:
         assert self.loop is not None
         peer = _peer(client)
-        context = gunicorn_sock.ssl_context(self.cfg) if self.cfg.is_ssl else None
+        context = gunicorn_sock.ssl_context(self.cfg) if tls else None
         try:
             await self.loop.connect_accepted_socket(
                 lambda: conn, client, ssl=context,
@@ -211,19 +226,19 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
             self.log.debug("TLS handshake with %s failed: %s", peer, err)
 
     def _failed(self, conn: connection.Connection, client: socket.socket) -> None:
-        self.connections.discard(conn)
+        self.closed(conn)
         client.close()
 
     async def _drain(self) -> None:
         assert self.loop is not None
         for listener in self.sockets:
             self.loop.remove_reader(listener.sock.fileno())
-        for conn in list(self.connections):
+        for conn in [*self.connections, *self._scrapes]:
             conn.shutdown()
         deadline = self.loop.time() + self.cfg.graceful_timeout
-        while self.connections and self.loop.time() < deadline:
+        while (self.connections or self._scrapes) and self.loop.time() < deadline:
             await asyncio.sleep(0.05)
-        for conn in list(self.connections):
+        for conn in [*self.connections, *self._scrapes]:
             conn.abort()
 
     def _stop(self) -> None:

@@ -86,6 +86,17 @@ def environ(request: Request, path: bytes, query: bytes, endpoint: Endpoint) -> 
     return env
 
 
+def only(app: WSGIApp, paths: frozenset[str], refuse: WSGIApp) -> WSGIApp:
+    """app for GET and HEAD on paths; refuse (a 404) for anything else."""
+
+    def guarded(env: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if env["REQUEST_METHOD"] in ("GET", "HEAD") and env["PATH_INFO"] in paths:
+            return app(env, start_response)
+        return refuse(env, start_response)
+
+    return guarded
+
+
 def call(app: WSGIApp, env: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
     """Run the application on env: its status line, headers and whole body."""
     started: list[Any] = []

@@ -23,8 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "serve", help="serve /validate over TLS with gunicorn",
         description="Serve the admission webhook over TLS (gunicorn's master, one event loop per worker "
                     "process). Every option also reads a GPUPOLICY_* variable (GPUPOLICY_POLICY, "
-                    "GPUPOLICY_CERT_DIR, GPUPOLICY_PORT, GPUPOLICY_WORKERS, GPUPOLICY_MAX_CONNECTIONS, "
-                    "GPUPOLICY_HEADER_TIMEOUT_SECONDS, GPUPOLICY_REQUEST_TIMEOUT_SECONDS, GPUPOLICY_DRAIN_SECONDS, "
+                    "GPUPOLICY_CERT_DIR, GPUPOLICY_PORT, GPUPOLICY_METRICS_PORT, GPUPOLICY_WORKERS, "
+                    "GPUPOLICY_MAX_CONNECTIONS, GPUPOLICY_HEADER_TIMEOUT_SECONDS, GPUPOLICY_REQUEST_TIMEOUT_SECONDS, "
+                    "GPUPOLICY_DRAIN_SECONDS, "
                     "...); flags win. The policy and certificate files are re-read when they change.",
     )
     source = serve.add_mutually_exclusive_group()
@@ -36,6 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--key", metavar="FILE", help="its private key (PEM)")
     serve.add_argument("--bind", metavar="ADDR", help="address to listen on (default 0.0.0.0)")
     serve.add_argument("--port", type=int, help="port to listen on (default 8443)")
+    serve.add_argument("--metrics-port", type=int, help="also serve /metrics and the probes over plain HTTP "
+                                                        "on this port (default 0: not at all)")
     serve.add_argument("--workers", type=int, help="worker processes (default 2)")
     serve.add_argument("--threads", type=int, help="ignored: each worker serves from one event loop (kept so "
                                                    "existing command lines run)")
@@ -79,7 +82,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         settings = Settings.from_env(
             policy_file=args.policy, spec_file=args.spec, cert_dir=args.cert_dir, cert_file=args.cert,
-            key_file=args.key, bind=args.bind, port=args.port, workers=args.workers, threads=args.threads,
+            key_file=args.key, bind=args.bind, port=args.port, metrics_port=args.metrics_port,
+            workers=args.workers, threads=args.threads,
             max_connections=args.max_connections,
             log_level=args.log_level,
         )

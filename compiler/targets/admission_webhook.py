@@ -62,6 +62,9 @@ POLICY_KEY = "admission-policy.json"
 POLICY_DIR = "/etc/gpupolicy/policy"
 CERT_DIR = "/etc/gpupolicy/tls"
 PORT = 8443
+#: Plain HTTP, /metrics and the probes only (webhook/worker.py): Prometheus scrapes it from any namespace,
+#: also where apiServerCidrs closes the serving port to everyone but the API server.
+METRICS_PORT = 9090
 DEFAULT_WEBHOOK = "default.gpupolicy.dev"
 TENANT_WEBHOOK_SUFFIX = "tenants.gpupolicy.dev"
 NAME_LABEL = "app.kubernetes.io/name"
@@ -305,12 +308,16 @@ def _container(policy: ClusterGPUPolicy) -> Obj:
             "--policy", f"{POLICY_DIR}/{POLICY_KEY}",
             "--cert-dir", CERT_DIR,
             "--port", str(PORT),
+            "--metrics-port", str(METRICS_PORT),
         ],
         "env": [
             # prometheus_client's directory for per-worker metrics under gunicorn (the root is read-only).
             {"name": "PROMETHEUS_MULTIPROC_DIR", "value": "/var/run/gpupolicy/prometheus"},
         ],
-        "ports": [{"name": "https", "containerPort": PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "https", "containerPort": PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
         "startupProbe": probe("/healthz", 2, 30),
         "readinessProbe": probe("/readyz", 5, 2),
         "livenessProbe": probe("/healthz", 10, 3),
@@ -352,7 +359,10 @@ def _service(policy: ClusterGPUPolicy) -> Obj:
         "spec": {
             "type": "ClusterIP",
             "selector": _selector(),
-            "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}],
+            "ports": [
+                {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"},
+                {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
+            ],
         },
     }
 
@@ -377,12 +387,15 @@ def _network_policy(policy: ClusterGPUPolicy) -> Obj:
     # konnectivity) and cannot be named portably, so by default the serving port admits any source. Where
     # the spec names them (admission.apiServerCidrs), only those blocks may reach it: any other pod could
     # otherwise open connections to a webhook that fails closed. Probes need no rule: traffic from the
-    # pod's own node is always allowed (Kubernetes docs, "Network Policies"). No egress rule at all: the
-    # webhook makes no network calls (policy and certificates arrive as volumes).
+    # pod's own node is always allowed (Kubernetes docs, "Network Policies"). The metrics port admits any
+    # pod of the cluster (an empty namespaceSelector), so Prometheus scrapes wherever it runs; it serves
+    # /metrics and the probes only. No egress rule at all: the webhook makes no network calls (policy and
+    # certificates arrive as volumes).
     rule: Obj = {"ports": [{"port": PORT, "protocol": "TCP"}]}
     cidrs = policy.spec.admission.api_server_cidrs
     if cidrs:
         rule = {"from": [{"ipBlock": {"cidr": cidr}} for cidr in cidrs], **rule}
+    scrape: Obj = {"from": [{"namespaceSelector": {}}], "ports": [{"port": METRICS_PORT, "protocol": "TCP"}]}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -390,7 +403,7 @@ def _network_policy(policy: ClusterGPUPolicy) -> Obj:
         "spec": {
             "podSelector": {"matchLabels": _selector()},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [rule],
+            "ingress": [rule, scrape],
             "egress": [],
         },
     }

@@ -294,13 +294,16 @@ def test_the_root_filesystem_is_read_only_with_memory_backed_scratch_space(fleet
 # ---------------------------------------------------------------- the Deployment, Service, PDB, NetworkPolicy
 
 
-def test_the_webhook_serves_the_mounted_policy_and_certificate_on_8443(fleet: ClusterGPUPolicy) -> None:
+def test_the_webhook_serves_the_mounted_policy_and_certificate_on_8443_and_metrics_on_9090(
+    fleet: ClusterGPUPolicy,
+) -> None:
     spec = pod_template_spec(fleet)
     container = spec["containers"][0]
     assert container["image"] == "ghcr.io/gpupolicy/gpupolicy-webhook:0.1.0"
     assert container["args"] == ["webhook", "serve", "--policy", "/etc/gpupolicy/policy/admission-policy.json",
-                                 "--cert-dir", "/etc/gpupolicy/tls", "--port", "8443"]
-    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+                                 "--cert-dir", "/etc/gpupolicy/tls", "--port", "8443", "--metrics-port", "9090"]
+    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"},
+                                  {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["policy"] == {"name": "policy", "mountPath": "/etc/gpupolicy/policy", "readOnly": True}
     assert mounts["tls"] == {"name": "tls", "mountPath": "/etc/gpupolicy/tls", "readOnly": True}
@@ -363,23 +366,30 @@ def test_service_pdb_spread_and_network_policy_all_select_the_webhook_pods(fleet
     assert all(c["labelSelector"]["matchLabels"] == selector for c in spec["topologySpreadConstraints"])
 
 
-def test_the_service_maps_443_to_the_named_serving_port(fleet: ClusterGPUPolicy) -> None:
+def test_the_service_maps_443_to_the_named_serving_port_and_exposes_the_metrics_port(
+    fleet: ClusterGPUPolicy,
+) -> None:
     assert rendered(fleet)["Service"]["spec"]["ports"] == [
-        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
+        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"},
+        {"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP"}]
 
 
-def test_the_network_policy_admits_only_the_serving_port_from_anywhere_and_no_egress(
+#: Prometheus, wherever it runs in the cluster, may scrape; nothing else is opened by this rule.
+SCRAPE_RULE = {"from": [{"namespaceSelector": {}}], "ports": [{"port": 9090, "protocol": "TCP"}]}
+
+
+def test_the_network_policy_admits_the_serving_port_from_anywhere_metrics_from_pods_and_no_egress(
     fleet: ClusterGPUPolicy,
 ) -> None:
     spec = rendered(fleet)["NetworkPolicy"]["spec"]
-    assert spec["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}]}]
+    assert spec["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}]}, SCRAPE_RULE]
     assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["egress"] == []
 
 
-def test_api_server_cidrs_restrict_the_serving_port_to_those_sources() -> None:
+def test_api_server_cidrs_restrict_the_serving_port_to_those_sources_and_leave_metrics_to_prometheus() -> None:
     spec = rendered(policy_with(apiServerCidrs=["10.0.0.0/16", "2001:db8::/64"]))["NetworkPolicy"]["spec"]
     assert spec["ingress"] == [{"from": [{"ipBlock": {"cidr": "10.0.0.0/16"}}, {"ipBlock": {"cidr": "2001:db8::/64"}}],
-                                "ports": [{"port": 8443, "protocol": "TCP"}]}]
+                                "ports": [{"port": 8443, "protocol": "TCP"}]}, SCRAPE_RULE]
 
 
 @pytest.mark.parametrize("cidr", ["10.0.0.1/16", "10.0.0.0/33", "example.com", "10.0.0"])

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
-from harness import REQUEST_TIMEOUT_SECONDS, Figures, helpers, https, paths_in, soak
+from harness import REQUEST_TIMEOUT_SECONDS, Figures, helpers, https, paths_in, soak, stall
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -340,8 +340,6 @@ def chunked(body: bytes, size: int = 65536) -> bytes:
 
 
 REVIEW = encode(helpers.admission_review(helpers.workload("Pod"), uid="raw"))
-CHUNKED_HEAD = (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
 RAW_CASES: dict[str, tuple[bytes, set[int]]] = {
     "a garbage request line": (b"\x16\x03garbage\r\n\r\n", {400}),
     "an HTTP/1.0 review": (b"POST /validate HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
@@ -362,15 +360,8 @@ RAW_CASES: dict[str, tuple[bytes, set[int]]] = {
         b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 4\r\n"
         b"Transfer-Encoding: chunked\r\n\r\n" + chunked(REVIEW), {400}),
     "a negative Content-Length": (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n", {400}),
-    **{f"chunked framing: {name}": (CHUNKED_HEAD + framing, {400, 413, 431}) for name, framing in {
-        "chunk size zz": b"zz\r\n{}\r\n0\r\n\r\n",
-        "chunk size -2": b"-2\r\n{}\r\n0\r\n\r\n",
-        "chunk size 0x2": b"0x2\r\n{}\r\n0\r\n\r\n",
-        "chunk size of 20 hex digits": b"ffffffffffffffffffff\r\n{}\r\n0\r\n\r\n",
-        "a missing CRLF after the chunk": b"2\r\n{}0\r\n\r\n",
-        "a malformed trailer": b"2\r\n{}\r\n0\r\nbad trailer\r\n\r\n",
-        "a 20 KB trailer": b"2\r\n{}\r\n0\r\nX-Trailer: " + b"t" * 20_000 + b"\r\n\r\n",
-    }.items()},
+    **{f"chunked framing: {name}": (stall.CHUNKED_HEAD + framing, {400, 413, 431})
+       for name, framing in stall.MALFORMED_FRAMING.items()},
     "Expect: 100-continue": (b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                              b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n%s" % (len(REVIEW), REVIEW),
                              {100, 200}),

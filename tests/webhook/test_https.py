@@ -76,6 +76,7 @@ class Server:
     cas: list[Path]
     cert_dir: Path
     policy_dir: Path
+    metrics_port: int = 0
     _connection: _ServiceConnection | None = field(default=None, repr=False)
 
     def context(self, **versions: ssl.TLSVersion) -> ssl.SSLContext:
@@ -164,18 +165,19 @@ def start_server(root: Path, policy: AdmissionPolicy = TKE, **env: str) -> Serve
     bundle = make_certs(root / "issued-0")
     cert_dir.write({"tls.crt": bundle["tls.crt"], "tls.key": bundle["tls.key"]})
     policy_dir.write({"admission-policy.json": policy.to_json()})
-    port = free_port()
+    port, metrics_port = free_port(), free_port()
     log = root / "server.log"
     environment = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     environment.update({"GPUPOLICY_RELOAD_INTERVAL_SECONDS": "0.1", "GPUPOLICY_GRACEFUL_TIMEOUT_SECONDS": "10",
-                        "GPUPOLICY_DRAIN_SECONDS": "0.2", **env})
+                        "GPUPOLICY_DRAIN_SECONDS": "0.2", "GPUPOLICY_METRICS_PORT": str(metrics_port), **env})
     with log.open("wb") as sink:
         process = subprocess.Popen(
             [GPUPOLICY, "webhook", "serve", "--policy", str(policy_dir.path("admission-policy.json")),
              "--cert-dir", str(cert_dir.root), "--bind", "127.0.0.1", "--port", str(port)],
             stdout=sink, stderr=subprocess.STDOUT, env=environment,
         )
-    server = Server(process, port, log, [root / "issued-0" / "ca.crt"], cert_dir.root, policy_dir.root)
+    server = Server(process, port, log, [root / "issued-0" / "ca.crt"], cert_dir.root, policy_dir.root,
+                    metrics_port)
 
     def ready() -> bool | None:
         if process.poll() is not None:
@@ -399,6 +401,31 @@ def test_metrics_count_every_review_exactly_once_across_worker_processes(server:
     assert ("gpupolicy_admission_duration_seconds_bucket", (("le", "0.0005"),)) in found
     not_after = x509.load_pem_x509_certificate((server.cert_dir / "tls.crt").read_bytes()).not_valid_after_utc
     assert found[("gpupolicy_certificate_expiry_timestamp_seconds", ())] == not_after.timestamp()
+
+
+def plain_http(port: int, method: str, path: str) -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.request(method, path, body=b"{}" if method == "POST" else None,
+                           headers={"Content-Type": "application/json"})
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def test_the_metrics_port_serves_metrics_and_probes_over_plain_http_and_nothing_else(server: Server) -> None:
+    # Prometheus scrapes this port where the NetworkPolicy admits only the API server to the serving one.
+    server.review(admission_review(workload("Pod", container(gpus=1)), uid="scraped"))
+    status, body = plain_http(server.metrics_port, "GET", "/metrics")
+    assert status == 200 and b"gpupolicy_admission_decisions_total{" in body
+    assert plain_http(server.metrics_port, "GET", "/healthz")[0] == 200
+    assert plain_http(server.metrics_port, "GET", "/readyz")[0] == 200
+    for method, path in (("POST", "/validate"), ("GET", "/validate"), ("POST", "/metrics"), ("GET", "/")):
+        status, body = plain_http(server.metrics_port, method, path)
+        assert (status, json.loads(body)["kind"]) == (404, "Status"), (method, path, body)
+    with pytest.raises(ssl.SSLError), socket.create_connection(("127.0.0.1", server.metrics_port)) as raw:
+        server.context().wrap_socket(raw, server_hostname=SERVICE_HOST)  # no TLS there: not a second way in
 
 
 # --- hot reloads (these change the running server: keep them after the tests above) ---------------------
