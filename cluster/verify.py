@@ -420,8 +420,8 @@ def _product(resolved: ResolvedClass, node: Node, key: str, want: str, at: Mappi
 def _shared_message(resolved: ResolvedClass, node: Node, key: str, have: str, want: str, shared: bool) -> str:
     head = f"{key} is {have} on node {node.name}, class {resolved.name} expects {want}"
     if shared:
-        return f"{head}: {resolved.mode} is not active for GPU Feature Discovery on this node"
-    return f"{head}: the GPUs are shared although the class keeps them {resolved.mode}"
+        return f"{head}: {resolved.mode_name} is not active for GPU Feature Discovery on this node"
+    return f"{head}: the GPUs are shared although the class keeps them {resolved.mode_name}"
 
 
 def same_model(a: str, b: str) -> bool:

@@ -6,7 +6,7 @@ import difflib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, get_args, get_origin
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
@@ -69,6 +69,7 @@ Code = Literal[
     "reserved-class-name",
     "tenant-unknown-class",
     "tenant-mode-unavailable",
+    "default-mode-unavailable",
     "tenant-overlap",
     "tenant-selector-too-complex",
     "memory-override-on-known-model",
@@ -94,6 +95,16 @@ class Span:
         return f"{self.file}:{self.line}:{self.column}"
 
 
+class Remedy(Protocol):
+    """What a finding's fix (policy/fixes.py Fix) offers those who report it."""
+
+    def describe(self) -> str: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def under(self, prefix: Path) -> Remedy: ...
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     """One finding: what was found, where, and how to fix it."""
@@ -104,6 +115,8 @@ class Diagnostic:
     hint: str = ""
     severity: Severity = "error"
     span: Span | None = None
+    fix: Remedy | None = None
+    """Admission findings: the edits the hint stands for, verified to admit the object (policy/fixes.py)."""
 
     def at(self, span: Span | None) -> Diagnostic:
         return replace(self, span=span)

@@ -51,8 +51,8 @@ def test_the_seeds_deployment_is_denied_at_the_line_and_column_of_its_gpu_limit(
     assert first.startswith(f"{manifest}:16:15: error[shared-gpu-request-above-one]: Deployment nlp-inference "
                             '(namespace nlp): container "server" requests 2 nvidia.com/gpu;')
     assert first.endswith('(at spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"])')
-    assert hint == ("  hint: request nvidia.com/gpu: 1 per container: more shared replicas of one device add no "
-                    "compute; for 2 whole devices, add a node class with sharing: exclusive")
+    assert hint == ('  hint: request nvidia.com/gpu: 1 in container "server" (more shared replicas of one device add '
+                    "no compute; 2 whole GPUs need a class with sharing: exclusive)")
     assert out.out.splitlines()[-1] == "1 file(s) checked: 1 error(s), 0 warning(s)"
     assert "1 workload(s) checked: 1 denied" in out.err
 
@@ -123,7 +123,9 @@ def test_namespace_labels_from_the_flag_route_workloads_to_their_tenant(
 
 def test_objects_without_a_namespace_go_to_the_namespace_flag(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    manifest = write(tmp_path, "app.yaml", ONE_GPU.replace("  namespace: nlp\n", ""))
+    # Tolerating every taint, the pod may reach the whole-GPU class, which only some tenants may use.
+    manifest = write(tmp_path, "app.yaml", ONE_GPU.replace("  namespace: nlp\n", "").replace(
+        "      containers:\n", "      tolerations: [{operator: Exists}]\n      containers:\n"))
     args = ["admit", "-p", MIXED, manifest, "--namespace-labels", "lab=gpu-tier=research"]
     assert main(args) == 1  # namespace default: no tenant, whole GPUs are not among the default modes
     assert main([*args, "-n", "lab"]) == 0
@@ -153,7 +155,10 @@ spec:
 """
     manifest = write(tmp_path, "ray.yaml", ray)
     assert main(["admit", "-p", TKE, manifest]) == 0
-    assert capsys.readouterr().out.startswith(f"{manifest}:2:1: info[workload-not-checked]: RayCluster ray requests")
+    out = capsys.readouterr()
+    assert out.out.startswith(f"{manifest}:2:1: info[workload-not-checked]: RayCluster ray (ray.io API group) asks "
+                              "for nvidia.com/gpu in a kind whose pod templates gpupolicy does not read")
+    assert "0 workload(s) checked: 0 denied, 0 with warnings; 1 object(s) asking for GPUs not checked" in out.err
 
 
 @pytest.mark.parametrize(("limits", "product"), [

@@ -1,0 +1,432 @@
+"""Remedies: the fix of each finding, chosen by trying edits on the object and re-running every rule.
+
+For a finding the engine asks `propose` for candidate fixes in order of preference: first a repair of the
+value at fault (a quantity the API server refuses, a node label misspelt), then pinning the pod to a class
+(with the tolerations that class's taints need), then running it in another tenant's namespaces, then
+changing its GPU request (fewer devices, another resource, one resource less). Each candidate is applied to
+the object and the result evaluated; the first one after which no rule finds anything is the finding's fix.
+Where a candidate clears the finding but leaves another, the other's candidates are tried on top (two
+steps at most). A finding no candidate clears says so plainly. Only objects with findings pay for this.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any
+
+from policy import catalog
+from policy.diagnostics import Diagnostic, Path, did_you_mean
+from policy.fixes import (
+    AddToleration,
+    Fix,
+    MoveNamespace,
+    Pin,
+    RemovePlacement,
+    RemoveResource,
+    RenameResource,
+    SetAmount,
+    SetNodeSelector,
+)
+from policy.quantity import parse_count, parse_quantity
+from policy.resolve import MIG_PREFIX
+from policy.rules import Access, ClassView, Facts, excludes, join
+from policy.workloads import REQUIRED_AFFINITY, AffinityTerm, NodeRequirement, Workload
+
+_EVALUATIONS = 64  # candidate evaluations per decision, at most: a few milliseconds on the deny path
+_FIRST_STEP = 12  # candidates tried for a finding
+_SECOND_STEP = 6  # first-step candidates that clear their finding and are built upon
+_PINS = 8  # classes offered as pins per finding
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One evaluation: the object, the namespace's tenants, what the engine read and what the rules found."""
+
+    obj: Mapping[str, Any]
+    tenants: tuple[str, ...]
+    workload: Workload
+    facts: Facts
+    findings: tuple[Diagnostic, ...]
+
+
+Assess = Callable[[Mapping[str, Any], tuple[str, ...]], Assessment | None]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What proposals need beyond one evaluation: where the pod could be moved to, per tenant."""
+
+    moves: tuple[tuple[MoveNamespace, Access], ...]
+    """A namespace move per tenant the policy routes unambiguously (and one to no tenant), with its access."""
+
+
+def remedy(start: Assessment, context: Context, assess: Assess) -> tuple[Diagnostic, ...]:
+    """The findings of ``start``, each with the first candidate fix that admits the object as its hint."""
+    search = _Search(start, context, assess)
+    out = []
+    fix: Fix | None = None
+    for finding in start.findings:
+        fix = search.fix_for(finding, fix)
+        if fix is None:
+            out.append(replace(finding, hint=_no_change(start)))
+        else:
+            out.append(replace(finding, hint=fix.describe(), fix=fix))
+    return tuple(out)
+
+
+class _Search:
+    """Candidate fixes tried on the object, cheapest change first: adding placement beats moving the namespace,
+    which beats changing the GPU request, which beats dropping or overriding the placement the object states
+    (its intent); then fewer steps; then the order in which they were proposed."""
+
+    def __init__(self, start: Assessment, context: Context, assess: Assess) -> None:
+        self.start, self.context, self.assess = start, context, assess
+        self.seen: dict[tuple[Any, ...], Assessment | None] = {}
+        self.budget = _EVALUATIONS
+
+    def fix_for(self, finding: Diagnostic, incumbent: Fix | None = None) -> Fix | None:
+        """The cheapest fix found for the finding; ``incumbent``, a fix already known to admit the object (found
+        for an earlier finding), stands unless a cheaper one turns up, so the hints of one object agree."""
+        best = incumbent
+        built_on: list[tuple[Fix, Assessment]] = []
+        for candidate in propose(self.context, self.start, finding)[:_FIRST_STEP]:
+            if best is not None and _cost(candidate) >= _cost(best):
+                continue
+            result = self.outcome(candidate)
+            if result is not None and not result.findings:
+                best = candidate
+            elif result is not None and not _still(finding, result) and len(built_on) < _SECOND_STEP:
+                built_on.append((candidate, result))
+        built_on.sort(key=lambda pair: (_cost(pair[0]), len(pair[1].findings)))
+        for candidate, result in built_on:
+            if best is not None and _cost(candidate) >= _cost(best):
+                continue
+            for second in propose(self.context, result, result.findings[0])[:_FIRST_STEP]:
+                combined = candidate.then(second)
+                if best is not None and _cost(combined) >= _cost(best):
+                    continue
+                found = self.outcome(combined)
+                if found is not None and not found.findings:
+                    best = combined
+        if best is None or best is incumbent:
+            return best
+        return best.applied(self.start.obj)[1]
+
+    def outcome(self, fix: Fix) -> Assessment | None:
+        key = fix.edits
+        if key in self.seen:
+            return self.seen[key]
+        if self.budget <= 0:
+            return None
+        self.budget -= 1
+        doc, _ = fix.apply(self.start.obj)
+        move = fix.namespace
+        tenants = self.start.tenants if move is None else ((move.tenant,) if move.tenant else ())
+        result = self.assess(doc, tenants)
+        self.seen[key] = result
+        return result
+
+
+def _cost(fix: Fix) -> tuple[int, int, int, int]:
+    edits = fix.edits
+    overrides = any(isinstance(e, RemovePlacement) or (isinstance(e, SetNodeSelector) and e.overrides)
+                    for e in edits)
+    changes_request = any(isinstance(e, SetAmount | RenameResource | RemoveResource) for e in edits)
+    return int(overrides), int(changes_request), int(fix.namespace is not None), len(fix.steps)
+
+
+def _still(finding: Diagnostic, result: Assessment) -> bool:
+    return any(d.code == finding.code and d.path == finding.path for d in result.findings)
+
+
+def _no_change(start: Assessment) -> str:
+    access = start.facts.access
+    if access.unknown:
+        return ("compile the policy and roll out its admission policy and webhook configuration together (the "
+                f"webhook routes this namespace to tenant {join(access.unknown, 'and')}, which its policy lacks)")
+    return ("no change to this object within the policy admits it (gpupolicy tried every class, every tenant's "
+            "namespaces and other GPU requests): ask the platform team to change the policy")
+
+
+# --- proposals ----------------------------------------------------------------------------------------------------
+
+
+def propose(context: Context, state: Assessment, finding: Diagnostic) -> list[Fix]:
+    """Candidate fixes for one finding of ``state``, most preferred first, without duplicates."""
+    found: dict[tuple[Any, ...], Fix] = {}
+    for fix in (*_repairs(state, finding), *_pins(context, state, finding), *_moves(context, state),
+                *_request_edits(state, finding)):
+        found.setdefault(fix.edits, fix)
+    return list(found.values())
+
+
+def _repairs(state: Assessment, finding: Diagnostic) -> Iterator[Fix]:
+    """The value at fault, corrected: an amount the API server refuses, a node label value misspelt."""
+    if finding.code == "gpu-request-invalid":
+        yield from _quantity_repairs(state, finding.path)
+    requirement = _requirement_at(state, finding.path)
+    if requirement is not None and requirement.path[-1] == requirement.key and requirement.values:
+        yield from _label_repairs(state, requirement)
+
+
+def _quantity_repairs(state: Assessment, path: Path) -> Iterator[Fix]:
+    for problem in state.facts.request.problems:
+        if problem.path != path:
+            continue
+        fields = ("limits", "requests") if _requested(state, problem.container_path, problem.resource) else (
+            "limits",)
+        if problem.kind == "request-differs" and problem.limit is not None:
+            count = problem.limit
+        elif problem.kind == "limit-missing":
+            count = _count_of(problem.given)
+        else:
+            count = _nearest_count(problem.given)
+        yield Fix((SetAmount(problem.container_path, problem.container, problem.resource, count, fields),))
+
+
+def _count_of(value: Any) -> int:
+    found = parse_count(value)
+    return found if found else _nearest_count(value)
+
+
+def _nearest_count(value: Any) -> int:
+    """The whole device count closest to what was meant: "0.5" and 0.5 become 1, "-2" 2, "٢" (a non-ASCII
+    digit) 2; anything else 1."""
+    number = parse_quantity(value)
+    if number is None and isinstance(value, str):
+        try:
+            number = Fraction(int(value.strip()))  # Python reads every Unicode decimal digit
+        except ValueError:
+            number = None
+    if number is None:
+        return 1
+    return max(1, math.ceil(abs(number)))
+
+
+def _label_repairs(state: Assessment, requirement: NodeRequirement) -> Iterator[Fix]:
+    known = sorted({c.known[requirement.key] for c in state.facts.classes
+                    if requirement.key in c.known and c.fits(state.facts.request.totals)})
+    near = did_you_mean(requirement.values[0], known)
+    if near:
+        note = ("GPU Feature Discovery appends -SHARED to the product of shared GPUs"
+                if near[0].endswith("-SHARED") and not requirement.values[0].endswith("-SHARED") else "")
+        yield Fix((SetNodeSelector(state.workload.spec_path, requirement.key, near[0], overrides=True),), note)
+
+
+def _requirement_at(state: Assessment, path: Path) -> NodeRequirement | None:
+    placement = state.facts.placement
+    candidates = [*placement.node_selector, *(r for t in placement.terms for r in t.requirements)]
+    return next((r for r in candidates if r.path == path), None)
+
+
+# --- pins ---------------------------------------------------------------------------------------------------------
+
+
+def _pins(context: Context, state: Assessment, finding: Diagnostic) -> Iterator[Fix]:
+    facts = state.facts
+    resources = facts.request.resources
+    allowed = [facts.access, *(access for _, access in context.moves)]
+    count = 0
+    for view in _preferred(state, finding):
+        if count >= _PINS:
+            return
+        if facts.request.totals and not view.fits(facts.request.totals):
+            continue
+        if not any(a.allows(view, resources) for a in allowed) or facts.candidates == (view,):
+            continue
+        edits = _pin_edits(state, view)
+        if edits:
+            count += 1
+            yield Fix((Pin(view.name, edits),))
+
+
+def _preferred(state: Assessment, finding: Diagnostic) -> list[ClassView]:
+    """The classes in policy order, the one a failed product selector names first (nvidia.com/gpu.product=
+    Tesla-T4 means the T4 class, whether GFD labels it or not)."""
+    classes = list(state.facts.classes)
+    requirement = _requirement_at(state, finding.path)
+    if requirement is None or not requirement.key.endswith(".product"):
+        return classes
+    wanted = {v.removeprefix("NVIDIA-").removesuffix("-SHARED").lower() for v in requirement.values}
+    meant = [c for c in classes if c.product.removeprefix("NVIDIA-").lower() in wanted]
+    return meant + [c for c in classes if c not in meant]
+
+
+def _pin_edits(state: Assessment, view: ClassView) -> tuple[SetNodeSelector | RemovePlacement | AddToleration, ...]:
+    spec_path, placement = state.workload.spec_path, state.facts.placement
+    pinned = dict(view.node_selector)
+    stated = {r.key: r.values for r in placement.node_selector}
+    edits: list[SetNodeSelector | RemovePlacement | AddToleration] = [
+        SetNodeSelector(spec_path, k, v, overrides=k in stated) for k, v in view.node_selector
+        if stated.get(k) != (v,)]
+    edits += [RemovePlacement(r.path, f"nodeSelector {r.describe()}") for r in placement.node_selector
+              if r.key not in pinned and excludes(r, view)]
+    edits += _affinity_edits(spec_path, placement.terms, view)
+    for taint in view.taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not taint.tolerated_by(placement.tolerations):
+            operator = "Equal" if taint.value else "Exists"
+            edits.append(AddToleration(spec_path, taint.key, operator, taint.value, taint.effect))
+    return tuple(edits)
+
+
+def _affinity_edits(spec_path: Path, terms: Sequence[AffinityTerm], view: ClassView) -> list[RemovePlacement]:
+    """What must go from the required node affinity for the class's nodes to match it: the excluding
+    expressions of the term with fewest of them, the term itself if that empties it, or the whole required
+    node affinity if it was the only term."""
+    if not terms or any(not t.matches_nothing and not any(excludes(r, view) for r in t.requirements)
+                        for t in terms):
+        return []
+    best = min(terms, key=lambda t: t.size if t.matches_nothing else sum(excludes(r, view) for r in t.requirements))
+    failing = [r for r in best.requirements if excludes(r, view)]
+    if best.matches_nothing or len(failing) >= best.size:
+        if len(terms) == 1:
+            return [RemovePlacement((*spec_path, *REQUIRED_AFFINITY[:-1]), "the required node affinity")]
+        return [RemovePlacement(best.path, f"node-affinity term {best.path[-1]}")]
+    return [RemovePlacement(r.path, f"required node affinity {r.describe()}")
+            for r in sorted(failing, key=lambda r: r.path, reverse=True)]
+
+
+# --- namespace moves ---------------------------------------------------------------------------------------------
+
+
+def _moves(context: Context, state: Assessment) -> Iterator[Fix]:
+    facts = state.facts
+    resources = facts.request.resources
+    for move, access in context.moves:
+        here = ((move.tenant,) if move.tenant else ()) == state.tenants
+        if here or not any(access.allows(c, resources) for c in facts.classes if c.fits(facts.request.totals)):
+            continue
+        yield Fix((move,))
+
+
+# --- request edits -----------------------------------------------------------------------------------------------
+
+
+def _request_edits(state: Assessment, finding: Diagnostic) -> Iterator[Fix]:
+    target = _amount_at(state, finding.path)
+    if target is None:
+        return
+    container_path, container, resource, count = target
+    facts = state.facts
+    fields = ("limits", "requests") if _requested(state, container_path, resource) else ("limits",)
+    offered = sorted({r for c in facts.classes for r in c.offers})
+    note = _why_fewer(facts, finding, resource, count)
+    counts = [SetAmount(container_path, container, resource, k, fields) for k in _fewer(facts, resource, count)]
+    has = {a.resource for c in facts.request.containers for a in c.amounts if a.path[:-3] == container_path}
+    renames = [RenameResource(container_path, container, resource, instead, k, fields)
+               for instead in _instead(resource, offered) if instead not in has
+               for k in dict.fromkeys((count, 1)) if any(c.fits(((instead, k),)) for c in facts.classes)]
+    edits = (*renames, *counts) if resource not in offered else (*counts, *renames)
+    for edit in edits:
+        yield Fix((edit,), note if isinstance(edit, SetAmount) else _why_instead(resource, edit.instead, offered))
+    if _keeps_a_gpu(state, container_path, resource):
+        yield Fix((RemoveResource(container_path, container, resource),), _why_remove(finding))
+
+
+def _amount_at(state: Assessment, path: Path) -> tuple[Path, str, str, int] | None:
+    """(container path, container name, resource, count) of the amount a finding points at."""
+    if len(path) < 4 or path[-3] != "resources" or path[-2] not in ("limits", "requests"):
+        return None
+    container_path, resource = path[:-3], path[-1]
+    for container in state.facts.request.containers:
+        for amount in container.amounts:
+            if amount.resource == resource and amount.path[:-3] == container_path:
+                return container_path, container.name, resource, amount.count
+    return None
+
+
+def _requested(state: Assessment, container_path: Path, resource: str) -> bool:
+    requests = _descend(state.obj, (*container_path, "resources", "requests"))
+    return isinstance(requests, Mapping) and resource in requests
+
+
+def _descend(obj: Any, path: Path) -> Any:
+    for part in path:
+        if isinstance(obj, Mapping):
+            obj = obj.get(part)
+        elif isinstance(obj, list) and isinstance(part, int) and 0 <= part < len(obj):
+            obj = obj[part]
+        else:
+            return None
+    return obj
+
+
+def _fewer(facts: Facts, resource: str, count: int) -> list[int]:
+    """Smaller counts worth trying, largest first: what each class's node offers, what would bring the pod's
+    total within it (an init container beside sidecars), and 1."""
+    total = dict(facts.request.totals).get(resource, count)
+    found = {1} if count > 1 else set()
+    for view in facts.classes:
+        offer = view.offers.get(resource)
+        if offer is None:
+            continue
+        found.add(min(count - 1, offer.per_node))
+        found.add(count - (total - offer.per_node))
+    return sorted((k for k in found if 0 < k < count), reverse=True)
+
+
+def _instead(resource: str, offered: Sequence[str]) -> list[str]:
+    """Offered resources to ask for instead, nearest first: the nearest MIG profile, a close spelling, then
+    what the cluster advertises (whole GPUs before MIG devices)."""
+    others = [r for r in offered if r != resource]
+    migs = [r for r in others if r.startswith(MIG_PREFIX)]
+    found: list[str] = []
+    if resource.startswith(MIG_PREFIX) and migs:
+        by_profile = {r.removeprefix(MIG_PREFIX): r for r in migs}
+        nearest = catalog.nearest_profile(resource.removeprefix(MIG_PREFIX), by_profile)
+        if nearest:
+            found.append(by_profile[nearest])
+    if not resource.startswith(("nvidia.com/gpu", MIG_PREFIX)):
+        found += did_you_mean(resource, others)
+    found += [r for r in others if not r.startswith(MIG_PREFIX)] + migs
+    return list(dict.fromkeys(found))[:4]
+
+
+def _keeps_a_gpu(state: Assessment, container_path: Path, resource: str) -> bool:
+    return any(a.count > 0 for c in state.facts.request.containers for a in c.amounts
+               if not (a.resource == resource and a.path[:-3] == container_path))
+
+
+def _why_fewer(facts: Facts, finding: Diagnostic, resource: str, count: int) -> str:
+    if finding.code != "shared-gpu-request-above-one":
+        return ""
+    whole = any((o := c.offers.get(resource)) is not None and not o.shared and o.per_node >= count
+                for c in facts.classes)
+    if whole:
+        tail = ""
+    elif resource.startswith(MIG_PREFIX):
+        tail = f"; {count} unshared {resource} devices need a MIG class that does not time-slice the profile"
+    else:
+        tail = f"; {count} whole GPUs need a class with sharing: exclusive"
+    return f"more shared replicas of one device add no compute{tail}"
+
+
+def _why_instead(resource: str, instead: str, offered: Sequence[str]) -> str:
+    if not resource.startswith(("nvidia.com/gpu", MIG_PREFIX)):
+        return f"no node class advertises {resource}"
+    others = [r for r in offered if r.startswith(MIG_PREFIX) and r not in (resource, instead)]
+    if instead.startswith(MIG_PREFIX) and others:
+        return f"or another MIG profile the cluster offers: {join(others[:4], 'or')}"
+    return ""
+
+
+def _why_remove(finding: Diagnostic) -> str:
+    if finding.code == "gpu-request-unsatisfiable" and finding.message.startswith("no node class offers"):
+        return "no node class offers both on one node: run the other part in a pod of its own"
+    return ""
+
+
+def example_labels(access_selector: Sequence[tuple[str, str, tuple[str, ...]]]) -> tuple[tuple[str, str], ...]:
+    """Namespace labels a selector matches: In takes its first value, Exists the value "true", NotIn and
+    DoesNotExist are met by leaving the label off."""
+    labels: dict[str, str] = {}
+    for key, operator, values in access_selector:
+        if operator == "In" and values:
+            labels[key] = sorted(values)[0]
+        elif operator == "Exists":
+            labels[key] = "true"
+    return tuple(sorted(labels.items()))
+
