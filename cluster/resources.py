@@ -34,6 +34,17 @@ class Container:
 
 
 @dataclass(frozen=True)
+class NodeTaint:
+    key: str
+    value: str
+    effect: str
+
+    def describe(self) -> str:
+        """``dedicated=training:NoSchedule``, as kubectl writes a taint."""
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+
+@dataclass(frozen=True)
 class Node:
     name: str
     labels: Mapping[str, str]
@@ -45,6 +56,7 @@ class Node:
     kubelet_version: str = ""
     annotations: Mapping[str, str] = field(default_factory=dict)
     """What node agents report beside labels (HAMi's device plugin registers its GPUs here)."""
+    taints: tuple[NodeTaint, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -258,6 +270,8 @@ def node_from(obj: Json) -> Node:
         ready=_condition_true(conditions, "Ready") if conditions else True,
         kubelet_version=str((status.get("nodeInfo") or {}).get("kubeletVersion", "")),
         annotations=_strings(meta.get("annotations")),
+        taints=tuple(NodeTaint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+                     for t in spec.get("taints") or () if isinstance(t, Mapping)),
     )
 
 

@@ -29,6 +29,7 @@ from policy.rules import (
 from policy.workloads import (
     GpuRequest,
     Placement,
+    Toleration,
     Workload,
     api_group,
     find_workload,
@@ -197,6 +198,8 @@ class Engine:
     def _assess(self, obj: Mapping[str, Any], workload: Workload, request: GpuRequest,
                 tenants: tuple[str, ...]) -> remedies.Assessment:
         placement = read_placement(workload)
+        if self._tainted:
+            placement = _with_implied_tolerations(placement, request)
         untolerated = self._untolerated_by(placement)
         fitting, fitting_views = self._fitting_classes(request.totals)
         if placement.unconstrained and not untolerated:
@@ -305,6 +308,16 @@ class Engine:
         if old is None or old.spec_path != new.spec_path:
             return False
         return read_gpu_request(old) == request and placement_fields(old) == placement_fields(new)
+
+
+def _with_implied_tolerations(placement: Placement, request: GpuRequest) -> Placement:
+    """The pod's tolerations plus what the ExtendedResourceToleration admission plugin adds to a pod asking for an
+    extended resource: {key: <resource>, operator: Exists, effect: NoSchedule} (kubernetes plugin/pkg/admission/
+    extendedresourcetoleration; GKE and AKS enable it, so GPU nodes tainted nvidia.com/gpu:NoSchedule take GPU pods
+    unasked). Counted as present whether the plugin runs or not: a class counted as reachable can only make the
+    tenant rule stricter."""
+    implied = tuple(Toleration(r, "Exists", "", "NoSchedule") for r in request.resources)
+    return replace(placement, tolerations=(*placement.tolerations, *implied))
 
 
 def _unchecked(obj: Any) -> Decision:

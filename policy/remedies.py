@@ -238,6 +238,10 @@ def _pins(context: Context, state: Assessment, finding: Diagnostic) -> Iterator[
         if not any(a.allows(view, resources) for a in allowed) or facts.candidates == (view,):
             continue
         edits = _pin_edits(state, view)
+        conflict = facts.conflict_of(view)
+        if conflict is not None and conflict.taint is not None:
+            # Only its taints keep the pod off the class: tolerating them may be all it takes.
+            yield Fix((Pin(view.name, tuple(e for e in edits if isinstance(e, AddToleration))),))
         if edits:
             count += 1
             yield Fix((Pin(view.name, edits),))
