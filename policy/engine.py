@@ -187,10 +187,12 @@ class Engine:
         diagnostics = remedies.remedy(found, self._context, self._reassess)
         return Decision(not any(d.severity == "error" for d in diagnostics), diagnostics, workload.subject)
 
-    def _reassess(self, obj: Mapping[str, Any], tenants: tuple[str, ...]) -> remedies.Assessment | None:
+    def _reassess(self, obj: Mapping[str, Any], tenants: tuple[str, ...],
+                  request: GpuRequest | None = None) -> remedies.Assessment | None:
         """What the rules find in an edited object (None if the edit left it no GPU request)."""
         workload = find_workload(obj)
-        request = read_gpu_request(workload) if workload is not None else None
+        if request is None and workload is not None:
+            request = read_gpu_request(workload)
         if workload is None or request is None or request.empty:
             return None
         return self._assess(obj, workload, request, tenants)

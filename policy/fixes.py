@@ -8,6 +8,7 @@ RFC 6901 pointers into the object), which `gpupolicy admit --output json` and th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
@@ -15,6 +16,7 @@ from typing import Any, ClassVar
 from policy.diagnostics import Path
 
 PatchOp = dict[str, Any]
+"""A JSON Patch operation whose ``path`` is kept as a tuple until the fix is written out (Fix.to_dict)."""
 Doc = dict[str, Any]
 
 
@@ -64,10 +66,10 @@ def _put(doc: Doc, path: Path, value: Any) -> PatchOp:
     parent = _writable(doc, path[:-1])
     if isinstance(parent, dict):
         parent[path[-1]] = value
-        return {"op": "add", "path": pointer(path), "value": value}
+        return {"op": "add", "path": path, "value": value}
     grand = _writable(doc, path[:-2])
     grand[path[-2]] = {path[-1]: value}
-    return {"op": "add", "path": pointer(path[:-1]), "value": {path[-1]: value}}
+    return {"op": "add", "path": path[:-1], "value": {path[-1]: value}}
 
 
 def _remove(doc: Doc, path: Path) -> list[PatchOp]:
@@ -76,7 +78,7 @@ def _remove(doc: Doc, path: Path) -> list[PatchOp]:
         return []
     parent = _writable(doc, path[:-1])
     del parent[path[-1]]
-    return [{"op": "remove", "path": pointer(path)}]
+    return [{"op": "remove", "path": path}]
 
 
 def _present(doc: Doc, path: Path) -> bool:
@@ -151,7 +153,7 @@ class AddToleration:
         have = _writable(doc, path)
         if isinstance(have, list):
             have.append(self.toleration)
-            return [{"op": "add", "path": pointer(path) + "/-", "value": self.toleration}]
+            return [{"op": "add", "path": (*path, "-"), "value": self.toleration}]
         return [_put(doc, path, [self.toleration])]
 
     def describe(self) -> str:
@@ -294,13 +296,23 @@ class Fix:
     root: Path = ()
     """Where that object sits in the document a reader holds (``items/3`` of a List); paths are prefixed with it."""
 
-    @property
+    @functools.cached_property
     def edits(self) -> tuple[Edit, ...]:
         return tuple(e for s in self.steps for e in (s.edits if isinstance(s, Pin) else (s,)))
 
-    @property
+    @functools.cached_property
     def namespace(self) -> MoveNamespace | None:
         return next((e for e in self.edits if isinstance(e, MoveNamespace)), None)
+
+    @functools.cached_property
+    def cost(self) -> tuple[int, int, int, int]:
+        """How much the fix changes, to prefer the least: whether it drops or overrides placement the object
+        states (its intent), changes the GPU request, moves the namespace; then its number of steps."""
+        edits = self.edits
+        overrides = any(isinstance(e, RemovePlacement) or (isinstance(e, SetNodeSelector) and e.overrides)
+                        for e in edits)
+        changes_request = any(isinstance(e, SetAmount | RenameResource | RemoveResource) for e in edits)
+        return int(overrides), int(changes_request), int(self.namespace is not None), len(self.steps)
 
     def then(self, other: Fix) -> Fix:
         return Fix((*self.steps, *other.steps), self.note or other.note)
@@ -315,20 +327,15 @@ class Fix:
         ops = [op for edit in self.edits for op in edit.apply(doc)]
         return doc, tuple(ops)
 
-    def applied(self, obj: Mapping[str, Any]) -> tuple[Doc, Fix]:
-        doc, ops = self.apply(obj)
-        return doc, replace(self, patch=ops)
-
     def under(self, prefix: Path) -> Fix:
         """The same fix for a reader holding the object at ``prefix`` of a larger document."""
         return replace(self, root=(*prefix, *self.root))
 
     def to_dict(self) -> dict[str, Any]:
         """The fix as data: the typed edits, the JSON Patch, and the namespace to move to, if any."""
-        root = pointer(self.root)
         out: dict[str, Any] = {
             "edits": [e.to_dict(self.root) for e in self.edits if not isinstance(e, MoveNamespace)],
-            "jsonPatch": [{**op, "path": root + op["path"]} for op in self.patch],
+            "jsonPatch": [{**op, "path": pointer((*self.root, *op["path"]))} for op in self.patch],
         }
         if self.namespace is not None:
             out["namespace"] = self.namespace.to_dict()

@@ -1,18 +1,20 @@
-"""Remedies: the fix of each finding, chosen by trying edits on the object and re-running every rule.
+"""Remedies: one fix per object with findings, chosen by trying edits on it and re-running every rule.
 
-For a finding the engine asks `propose` for candidate fixes in order of preference: first a repair of the
-value at fault (a quantity the API server refuses, a node label misspelt), then pinning the pod to a class
-(with the tolerations that class's taints need), then running it in another tenant's namespaces, then
-changing its GPU request (fewer devices, another resource, one resource less). Each candidate is applied to
-the object and the result evaluated; the first one after which no rule finds anything is the finding's fix.
-Where a candidate clears the finding but leaves another, the other's candidates are tried on top (two
-steps at most). A finding no candidate clears says so plainly. Only objects with findings pay for this.
+Two kinds of candidates are tried, cheapest change first (see _cost). Targeted ones, for the first finding:
+a repair of the value at fault (a quantity the API server refuses, a node label misspelt), pinning the pod to
+a class (with the tolerations that class's taints need), running it in another tenant's namespaces, or
+changing its GPU request (fewer devices, another resource, one resource less). Then one rebuilt candidate
+per class: every refused amount repaired, the request adapted to what the class offers (its resource
+names, one replica per container where it shares, no more than one node holds), the pod pinned to it, and
+moved to a namespace whose tenant may use it where its own may not. Each candidate is applied to the object
+and the result evaluated; the cheapest after which no rule finds anything is the fix of every finding. Where
+none is, the hint says that no change within the policy admits the object. Only objects with findings pay.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
@@ -23,6 +25,7 @@ from policy.fixes import (
     AddToleration,
     Fix,
     MoveNamespace,
+    PatchOp,
     Pin,
     RemovePlacement,
     RemoveResource,
@@ -33,12 +36,22 @@ from policy.fixes import (
 from policy.quantity import parse_count, parse_quantity
 from policy.resolve import MIG_PREFIX
 from policy.rules import Access, ClassView, Facts, excludes, join
-from policy.workloads import REQUIRED_AFFINITY, AffinityTerm, NodeRequirement, Workload
+from policy.workloads import (
+    REQUIRED_AFFINITY,
+    AffinityTerm,
+    Amount,
+    ContainerRequest,
+    GpuRequest,
+    NodeRequirement,
+    Workload,
+    effective_totals,
+)
 
-_EVALUATIONS = 64  # candidate evaluations per decision, at most: a few milliseconds on the deny path
-_FIRST_STEP = 12  # candidates tried for a finding
-_SECOND_STEP = 6  # first-step candidates that clear their finding and are built upon
+_TARGETED = 12  # candidates tried per phase
+_REBUILT = 24  # rebuilt candidates considered, cheapest first
 _PINS = 8  # classes offered as pins per finding
+# The cheapest cost a phase's candidates can have (see Fix.cost).
+_PLACEMENT, _MOVE, _REQUEST = (0, 0, 0, 1), (0, 0, 1, 1), (0, 1, 0, 1)
 
 
 @dataclass(frozen=True)
@@ -52,7 +65,8 @@ class Assessment:
     findings: tuple[Diagnostic, ...]
 
 
-Assess = Callable[[Mapping[str, Any], tuple[str, ...]], Assessment | None]
+Assess = Callable[[Mapping[str, Any], tuple[str, ...], GpuRequest | None], Assessment | None]
+"""Evaluate an edited object for the namespace's tenants (with its GPU request, when the caller knows it)."""
 
 
 @dataclass(frozen=True)
@@ -64,17 +78,11 @@ class Context:
 
 
 def remedy(start: Assessment, context: Context, assess: Assess) -> tuple[Diagnostic, ...]:
-    """The findings of ``start``, each with the first candidate fix that admits the object as its hint."""
-    search = _Search(start, context, assess)
-    out = []
-    fix: Fix | None = None
-    for finding in start.findings:
-        fix = search.fix_for(finding, fix)
-        if fix is None:
-            out.append(replace(finding, hint=_no_change(start)))
-        else:
-            out.append(replace(finding, hint=fix.describe(), fix=fix))
-    return tuple(out)
+    """The findings of ``start``, each with the object's fix (or the plain word that none exists) as its hint."""
+    fix = _Search(start, context, assess).best()
+    if fix is None:
+        return tuple(replace(f, hint=_no_change(start)) for f in start.findings)
+    return tuple(replace(f, hint=fix.describe(), fix=fix) for f in start.findings)
 
 
 class _Search:
@@ -84,62 +92,56 @@ class _Search:
 
     def __init__(self, start: Assessment, context: Context, assess: Assess) -> None:
         self.start, self.context, self.assess = start, context, assess
-        self.seen: dict[tuple[Any, ...], Assessment | None] = {}
-        self.budget = _EVALUATIONS
+        self.seen: dict[tuple[Any, ...], tuple[Assessment | None, tuple[PatchOp, ...]]] = {}
 
-    def fix_for(self, finding: Diagnostic, incumbent: Fix | None = None) -> Fix | None:
-        """The cheapest fix found for the finding; ``incumbent``, a fix already known to admit the object (found
-        for an earlier finding), stands unless a cheaper one turns up, so the hints of one object agree."""
-        best = incumbent
-        built_on: list[tuple[Fix, Assessment]] = []
-        for candidate in propose(self.context, self.start, finding)[:_FIRST_STEP]:
+    def best(self) -> Fix | None:
+        finding = next((f for f in self.start.findings if f.severity == "error"), self.start.findings[0])
+        state, context = self.start, self.context
+        # Each phase's candidates cost at least its bound; a fix already as cheap makes the phase pointless.
+        phases: tuple[tuple[tuple[int, int, int, int], Callable[[], Iterable[Fix]]], ...] = (
+            (_PLACEMENT, lambda: _repairs(state, finding)),
+            (_PLACEMENT, lambda: _pins(context, state, finding)),
+            (_MOVE, lambda: _moves(context, state)),
+            (_REQUEST, lambda: _request_edits(state, finding)),
+            # A rebuilt candidate changing neither request, namespace nor stated placement is a pin, which the
+            # targeted ones include: only a costlier fix leaves a rebuilt one room to beat it.
+            (_MOVE, lambda: sorted(rebuild(context, state), key=_cost)[:_REBUILT]),
+        )
+        found: Fix | None = None
+        for bound, candidates in phases:
+            if found is None or _cost(found) > bound:
+                found = self._cheapest(candidates(), found, bound)
+        return None if found is None else replace(found, patch=self.seen[found.edits][1])
+
+    def _cheapest(self, candidates: Iterable[Fix], best: Fix | None,
+                  bound: tuple[int, int, int, int]) -> Fix | None:
+        tried = 0
+        for candidate in candidates:
             if best is not None and _cost(candidate) >= _cost(best):
                 continue
-            result = self.outcome(candidate)
-            if result is not None and not result.findings:
-                best = candidate
-            elif result is not None and not _still(finding, result) and len(built_on) < _SECOND_STEP:
-                built_on.append((candidate, result))
-        built_on.sort(key=lambda pair: (_cost(pair[0]), len(pair[1].findings)))
-        for candidate, result in built_on:
-            if best is not None and _cost(candidate) >= _cost(best):
-                continue
-            for second in propose(self.context, result, result.findings[0])[:_FIRST_STEP]:
-                combined = candidate.then(second)
-                if best is not None and _cost(combined) >= _cost(best):
-                    continue
-                found = self.outcome(combined)
-                if found is not None and not found.findings:
-                    best = combined
-        if best is None or best is incumbent:
-            return best
-        return best.applied(self.start.obj)[1]
+            if candidate.edits in self.seen or tried < _TARGETED:
+                tried += 1
+                result = self.outcome(candidate)
+                if result is not None and not result.findings:
+                    best = candidate
+                    if _cost(best) <= bound:
+                        return best
+        return best
 
     def outcome(self, fix: Fix) -> Assessment | None:
         key = fix.edits
-        if key in self.seen:
-            return self.seen[key]
-        if self.budget <= 0:
-            return None
-        self.budget -= 1
-        doc, _ = fix.apply(self.start.obj)
-        move = fix.namespace
-        tenants = self.start.tenants if move is None else ((move.tenant,) if move.tenant else ())
-        result = self.assess(doc, tenants)
-        self.seen[key] = result
-        return result
+        if key not in self.seen:
+            doc, ops = fix.apply(self.start.obj)
+            move = fix.namespace
+            tenants = self.start.tenants if move is None else ((move.tenant,) if move.tenant else ())
+            # A fix that leaves the GPU request alone (placement, namespace) is read against the same request.
+            same = not any(isinstance(e, SetAmount | RenameResource | RemoveResource) for e in key)
+            self.seen[key] = (self.assess(doc, tenants, self.start.facts.request if same else None), ops)
+        return self.seen[key][0]
 
 
 def _cost(fix: Fix) -> tuple[int, int, int, int]:
-    edits = fix.edits
-    overrides = any(isinstance(e, RemovePlacement) or (isinstance(e, SetNodeSelector) and e.overrides)
-                    for e in edits)
-    changes_request = any(isinstance(e, SetAmount | RenameResource | RemoveResource) for e in edits)
-    return int(overrides), int(changes_request), int(fix.namespace is not None), len(fix.steps)
-
-
-def _still(finding: Diagnostic, result: Assessment) -> bool:
-    return any(d.code == finding.code and d.path == finding.path for d in result.findings)
+    return fix.cost
 
 
 def _no_change(start: Assessment) -> str:
@@ -291,6 +293,125 @@ def _affinity_edits(spec_path: Path, terms: Sequence[AffinityTerm], view: ClassV
         return [RemovePlacement(best.path, f"node-affinity term {best.path[-1]}")]
     return [RemovePlacement(r.path, f"required node affinity {r.describe()}")
             for r in sorted(failing, key=lambda r: r.path, reverse=True)]
+
+
+# --- rebuilt for one class ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """One container's amount of one resource, as a rebuilt request sees it."""
+
+    container_path: Path
+    container: str
+    section: str
+    sidecar: bool
+    resource: str
+    count: int
+    refused: bool = False
+    """The API server refuses what is written (so it must be written anew, whatever the count)."""
+
+
+def rebuild(context: Context, state: Assessment) -> list[Fix]:
+    """Per class, the object adapted to it: refused amounts repaired, the request made of what the class offers,
+    unpinned and pinned to it, moved to the first tenant that may use it where the object's own may not."""
+    slots = _slots(state)
+    out: list[Fix] = []
+    for view in state.facts.classes:
+        adapted = _adapt(state, slots, view)
+        if adapted is None:
+            continue
+        edits, resources = adapted
+        moved: tuple[MoveNamespace, ...] = ()
+        if not state.facts.access.allows(view, resources):
+            move = next((m for m, access in context.moves if access.allows(view, resources)), None)
+            if move is None:
+                continue
+            moved = (move,)
+        if edits or moved:
+            out.append(Fix((*edits, *moved)))
+        pin = _pin_edits(state, view)
+        if pin:
+            out.append(Fix((*edits, Pin(view.name, pin), *moved)))
+    return out
+
+
+def _slots(state: Assessment) -> list[_Slot]:
+    request = state.facts.request
+    found: dict[tuple[Path, str], _Slot] = {}
+    for container in request.containers:
+        for amount in container.amounts:
+            path = amount.path[:-3]
+            found[(path, amount.resource)] = _Slot(path, container.name, container.section, container.sidecar,
+                                                   amount.resource, amount.count)
+    for problem in request.problems:
+        key = (problem.container_path, problem.resource)
+        if key in found:
+            found[key] = replace(found[key], refused=True)
+            continue
+        spec = _descend(state.obj, problem.container_path)
+        sidecar = isinstance(spec, Mapping) and spec.get("restartPolicy") == "Always"
+        count = problem.limit if problem.limit is not None else (
+            _count_of(problem.given) if problem.kind == "limit-missing" else _nearest_count(problem.given))
+        found[key] = _Slot(problem.container_path, problem.container, str(problem.container_path[-2]),
+                           problem.container_path[-2] == "initContainers" and sidecar, problem.resource, count, True)
+    return list(found.values())
+
+
+def _adapt(state: Assessment, slots: Sequence[_Slot], view: ClassView) -> tuple[list[Any], list[str]] | None:
+    """The edits that make the request one the class offers, and the resources it then asks for; None when it
+    cannot be (a resource the class lacks, with nothing to ask for instead)."""
+    final: dict[tuple[Path, str], tuple[str, int] | None] = {}
+    for slot in slots:
+        if slot.count == 0:
+            continue
+        resource = slot.resource
+        if resource not in view.offers:
+            taken = {s.resource for s in slots if s.container_path == slot.container_path}
+            resource = next((r for r in _instead(slot.resource, sorted(view.offers)) if r not in taken), "")
+        if not resource:
+            final[(slot.container_path, slot.resource)] = None
+            continue
+        offer = view.offers[resource]
+        count = min(slot.count, offer.per_node, 1 if offer.shared and offer.strict else slot.count)
+        final[(slot.container_path, slot.resource)] = (resource, count)
+    kept = [s for s in slots if final.get((s.container_path, s.resource))]
+    if not kept:
+        return None
+    _fit(view, kept, final)
+    edits: list[Any] = []
+    for slot in slots:
+        target = final.get((slot.container_path, slot.resource), (slot.resource, slot.count))
+        fields = ("limits", "requests") if _requested(state, slot.container_path, slot.resource) else ("limits",)
+        if target is None:
+            edits.append(RemoveResource(slot.container_path, slot.container, slot.resource))
+        elif target[0] != slot.resource:
+            edits.append(RenameResource(slot.container_path, slot.container, slot.resource, *target, fields))
+        elif target[1] != slot.count or slot.refused:
+            edits.append(SetAmount(slot.container_path, slot.container, slot.resource, target[1], fields))
+    resources = sorted({t[0] for t in final.values() if t is not None})
+    return edits, resources
+
+
+def _fit(view: ClassView, kept: Sequence[_Slot], final: dict[tuple[Path, str], tuple[str, int] | None]) -> None:
+    """Lower the largest amounts until one node of the class holds the pod's total of each resource (sidecars and
+    init containers add up as the scheduler adds them)."""
+    for _ in range(len(kept) * 4):
+        containers: dict[Path, ContainerRequest] = {}
+        for slot in kept:
+            resource, count = final[(slot.container_path, slot.resource)]  # type: ignore[misc]
+            have = containers.get(slot.container_path) or ContainerRequest(slot.container, slot.section,
+                                                                           slot.sidecar, ())
+            containers[slot.container_path] = replace(have, amounts=(
+                *have.amounts, Amount(resource, count, (*slot.container_path, "resources", "limits", resource))))
+        over = [(r, n - view.offers[r].per_node) for r, n in effective_totals(list(containers.values()))
+                if n > view.offers[r].per_node]
+        if not over:
+            return
+        resource, excess = over[0]
+        key, (_, count) = max(((k, v) for k, v in final.items() if v is not None and v[0] == resource),
+                              key=lambda kv: kv[1][1])  # type: ignore[index]
+        final[key] = (resource, max(1, count - excess))
 
 
 # --- namespace moves ---------------------------------------------------------------------------------------------

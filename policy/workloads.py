@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeGuard
 
@@ -246,7 +246,7 @@ def read_gpu_request(workload: Workload) -> GpuRequest:
             found = _container_request(item, (*workload.spec_path, section, index), section, problems)
             if found is not None:
                 containers.append(found)
-    return GpuRequest(tuple(containers), _effective_totals(containers), tuple(problems))
+    return GpuRequest(tuple(containers), effective_totals(containers), tuple(problems))
 
 
 def _container_request(item: Any, path: Path, section: str, problems: list[RequestProblem]) -> ContainerRequest | None:
@@ -296,7 +296,7 @@ def _amount(name: str, path: Path, key: str, tables: Mapping[str, Mapping[str, A
     return limit if limit is not None else request
 
 
-def _effective_totals(containers: list[ContainerRequest]) -> tuple[tuple[str, int], ...]:
+def effective_totals(containers: Sequence[ContainerRequest]) -> tuple[tuple[str, int], ...]:
     regular: dict[str, int] = {}
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}

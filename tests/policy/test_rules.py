@@ -173,6 +173,15 @@ def test_an_unknown_tenant_may_use_nothing_and_the_message_says_so(engine: Engin
                          "sharing mode.")
 
 
+def test_where_no_change_within_the_policy_admits_the_pod_the_hint_says_so_and_offers_no_fix() -> None:
+    # No tenant, and namespaces outside every tenant may use no GPU: nothing the pod could change helps.
+    closed = engine_for(UNIT_POLICY.split("  tenants:")[0] + "  admission: {defaultAllow: []}\n")
+    (d,) = found(closed, pod({GPU: 1}))
+    assert d.code == "tenant-sharing-mode-denied" and d.fix is None
+    assert d.hint == ("no change to this object within the policy admits it (gpupolicy tried every class, every "
+                      "tenant's namespaces and other GPU requests): ask the platform team to change the policy")
+
+
 def test_the_default_rules_apply_to_namespaces_of_no_tenant(engine: Engine) -> None:
     assert found(engine, pod({GPU: 1})) == ()  # defaultAllow is every mode
 
