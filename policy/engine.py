@@ -199,7 +199,7 @@ class Engine:
 
     def _assess(self, obj: Mapping[str, Any], workload: Workload, request: GpuRequest,
                 tenants: tuple[str, ...]) -> remedies.Assessment:
-        placement = read_placement(workload)
+        placement = read_placement(workload, tolerations=bool(self._tainted))
         if self._tainted:
             placement = _with_implied_tolerations(placement, request)
         untolerated = self._untolerated_by(placement)

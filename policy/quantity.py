@@ -84,6 +84,11 @@ def count_problem(value: Any) -> tuple[int | None, str | None]:
 
     pkg/apis/core/validation ValidateResourceQuantityValue: not negative, and for integer resources (every
     extended resource) a whole number."""
+    # The common spellings, 1 and "1", without the general parser (a review reads every container's amounts).
+    if type(value) is int:
+        return (value, None) if value >= 0 else (None, NEGATIVE_ERROR)
+    if type(value) is str and value.isascii() and value.isdigit() and len(value) <= MAX_TEXT:
+        return int(value), None
     found = read_quantity(value)
     if isinstance(found, Unreadable):
         return None, found.reason

@@ -255,9 +255,20 @@ def _container_request(item: Any, path: Path, section: str, problems: list[Reque
     resources = item.get("resources")
     if not _is_mapping(resources):
         return None
+    tables: dict[str, Mapping[str, Any]] = {}
+    for field in ("requests", "limits"):
+        table = resources.get(field)
+        if _is_mapping(table):
+            # Most containers ask for no GPU: find that out before building anything (a plain loop, the
+            # fastest way through the few keys of a sidecar's resources).
+            for key in table:
+                if type(key) is str and key.startswith(GPU_PREFIX):
+                    tables[field] = table
+                    break
+    if not tables:
+        return None
     name = item.get("name")
     name = name if isinstance(name, str) else f"#{path[-1]}"
-    tables = {field: table for field in ("requests", "limits") if _is_mapping(table := resources.get(field))}
     keys = sorted({k for table in tables.values() for k in table if isinstance(k, str) and k.startswith(GPU_PREFIX)})
     amounts = []
     for key in keys:
@@ -410,9 +421,9 @@ class Placement:
         return not self.node_selector and not self.terms
 
 
-def read_placement(workload: Workload) -> Placement:
-    """The pod's nodeSelector, required node affinity, tolerations and nodeName; malformed selector entries
-    cannot exclude and are dropped."""
+def read_placement(workload: Workload, *, tolerations: bool = True) -> Placement:
+    """The pod's nodeSelector, required node affinity, tolerations (unless not asked for: they matter only where
+    some class is tainted) and nodeName; malformed selector entries cannot exclude and are dropped."""
     spec, prefix = workload.pod_spec, workload.spec_path
     selector: list[NodeRequirement] = []
     raw = spec.get("nodeSelector")
@@ -421,7 +432,8 @@ def read_placement(workload: Workload) -> Placement:
             if isinstance(key, str) and isinstance(value, str):
                 selector.append(NodeRequirement(key, "In", (value,), (*prefix, "nodeSelector", key)))
     node_name = spec.get("nodeName")
-    return Placement(tuple(selector), _terms(spec, prefix), _tolerations(spec.get("tolerations")),
+    return Placement(tuple(selector), _terms(spec, prefix),
+                     _tolerations(spec.get("tolerations")) if tolerations else (),
                      node_name if isinstance(node_name, str) and node_name else None)
 
 
