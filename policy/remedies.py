@@ -98,14 +98,17 @@ class _Search:
         finding = next((f for f in self.start.findings if f.severity == "error"), self.start.findings[0])
         state, context = self.start, self.context
         # Each phase's candidates cost at least its bound; a fix already as cheap makes the phase pointless.
+        # A refused amount stays refused whatever the placement or namespace: only request changes clear it, and
+        # every rebuilt candidate then repairs it (so changes the request too).
+        refused = bool(state.facts.request.problems)
         phases: tuple[tuple[tuple[int, int, int, int], Callable[[], Iterable[Fix]]], ...] = (
             (_PLACEMENT, lambda: _repairs(state, finding)),
-            (_PLACEMENT, lambda: _pins(context, state, finding)),
-            (_MOVE, lambda: _moves(context, state)),
+            (_PLACEMENT, lambda: () if refused else _pins(context, state, finding)),
+            (_MOVE, lambda: () if refused else _moves(context, state)),
             (_REQUEST, lambda: _request_edits(state, finding)),
             # A rebuilt candidate changing neither request, namespace nor stated placement is a pin, which the
             # targeted ones include: only a costlier fix leaves a rebuilt one room to beat it.
-            (_MOVE, lambda: sorted(rebuild(context, state), key=_cost)[:_REBUILT]),
+            (_REQUEST if refused else _MOVE, lambda: sorted(rebuild(context, state), key=_cost)[:_REBUILT]),
         )
         found: Fix | None = None
         for bound, candidates in phases:
@@ -317,7 +320,7 @@ def rebuild(context: Context, state: Assessment) -> list[Fix]:
     unpinned and pinned to it, moved to the first tenant that may use it where the object's own may not."""
     slots = _slots(state)
     out: list[Fix] = []
-    for view in state.facts.classes:
+    for view in _likeliest(state, slots):
         adapted = _adapt(state, slots, view)
         if adapted is None:
             continue
@@ -334,6 +337,19 @@ def rebuild(context: Context, state: Assessment) -> list[Fix]:
         if pin:
             out.append(Fix((*edits, Pin(view.name, pin), *moved)))
     return out
+
+
+def _likeliest(state: Assessment, slots: Sequence[_Slot]) -> list[ClassView]:
+    """The classes most likely to take the object with least change, at most _REBUILT of them (in policy order
+    within a rank): offering what it asks for, to its own tenants, first; a 300-class fleet is not rebuilt whole."""
+    wanted = {s.resource for s in slots if s.count > 0}
+    access = state.facts.access
+
+    def rank(view: ClassView) -> tuple[bool, bool]:
+        offered = wanted <= view.offers.keys()
+        return not offered, not (offered and access.allows(view, wanted))
+
+    return sorted(state.facts.classes, key=rank)[:_REBUILT]
 
 
 def _slots(state: Assessment) -> list[_Slot]:
