@@ -465,9 +465,9 @@ def picture_path(class_name: str) -> str:
 
 
 def _class_section(c: ClassReport, plugin: str) -> list[str]:
+    picture = "MIG layout" if c.mode.partition("+")[0] == "mig" else "slots before and after"  # mig+time-slicing too
     out = [f"### {c.name}" + (f": {c.description}" if c.description else ""), "",
-           f"![{c.name}: {'MIG layout' if c.mode == 'mig' else 'slots before and after'}]({picture_path(c.name)})",
-           ""]
+           f"![{c.name}: {picture}]({picture_path(c.name)})", ""]
     out.append(f"- GPU: {c.gpus_per_node} × {c.product} per node, {_count(c.nodes)} node(s)")
     out.append(f"- Before: {c.before.per_node} `{EXCLUSIVE}` per node, {_mib(c.before.memory_mib)} each")
     for s in c.after:

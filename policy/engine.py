@@ -214,7 +214,7 @@ class Engine:
         if self._hami is not None:
             facts = self._hami.narrow(facts, obj, workload)
         found = tuple(replace(d, severity=self._severity[rule.id]) for rule in RULES for d in rule.check(facts))
-        return remedies.Assessment(obj, tenants, workload, facts, found)
+        return remedies.Assessment(obj, tenants, workload, facts, found, request)
 
     def access(self, tenants: Sequence[str]) -> Access:
         """What the given tenants together allow (the default rules for none; nothing for unknown names)."""

@@ -182,6 +182,47 @@ class Pin:
         return f"{text}, {_join(rest)}" if rest else text
 
 
+# --- other fields the rules read -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SetField:
+    """Set one field of the object a rule reads (a scheduler name, an annotation) to a value."""
+
+    path: Path
+    value: str
+    what: str
+    """``schedulerName``, ``annotation nvidia.com/vgpu-mode``: the field as the hint names it."""
+    kind: ClassVar[str] = "set-field"
+
+    def apply(self, doc: Doc) -> list[PatchOp]:
+        return [_put(doc, self.path, self.value)]
+
+    def describe(self) -> str:
+        return f"set {self.what} to {self.value}"
+
+    def to_dict(self, root: Path = ()) -> dict[str, Any]:
+        return {"kind": self.kind, "path": _rooted(root, self.path), "value": self.value}
+
+
+@dataclass(frozen=True)
+class RemoveField:
+    """Remove one field of the object a rule reads (spec.nodeName, a container's privileged flag, an annotation)."""
+
+    path: Path
+    what: str
+    kind: ClassVar[str] = "remove-field"
+
+    def apply(self, doc: Doc) -> list[PatchOp]:
+        return _remove(doc, self.path)
+
+    def describe(self) -> str:
+        return f"remove {self.what}"
+
+    def to_dict(self, root: Path = ()) -> dict[str, Any]:
+        return {"kind": self.kind, "path": _rooted(root, self.path)}
+
+
 # --- the GPU request -------------------------------------------------------------------------------------------------
 
 
@@ -280,7 +321,8 @@ class MoveNamespace:
         return {"kind": self.kind, "tenant": self.tenant, "namespaceLabels": dict(self.labels)}
 
 
-Edit = SetNodeSelector | RemovePlacement | AddToleration | SetAmount | RenameResource | RemoveResource | MoveNamespace
+Edit = (SetNodeSelector | RemovePlacement | AddToleration | SetField | RemoveField | SetAmount | RenameResource
+        | RemoveResource | MoveNamespace)
 Step = Edit | Pin
 
 
@@ -306,16 +348,19 @@ class Fix:
 
     @functools.cached_property
     def cost(self) -> tuple[int, int, int, int]:
-        """How much the fix changes, to prefer the least: whether it drops or overrides placement the object
-        states (its intent), changes the GPU request, moves the namespace; then its number of steps."""
+        """How much the fix changes, to prefer the least: whether it drops or overrides what the object states
+        (its placement, its scheduler, ...: its intent), changes the GPU request, moves the namespace; then its
+        number of steps."""
         edits = self.edits
-        overrides = any(isinstance(e, RemovePlacement) or (isinstance(e, SetNodeSelector) and e.overrides)
-                        for e in edits)
+        overrides = any(isinstance(e, RemovePlacement | SetField | RemoveField)
+                        or (isinstance(e, SetNodeSelector) and e.overrides) for e in edits)
         changes_request = any(isinstance(e, SetAmount | RenameResource | RemoveResource) for e in edits)
         return int(overrides), int(changes_request), int(self.namespace is not None), len(self.steps)
 
     def then(self, other: Fix) -> Fix:
-        return Fix((*self.steps, *other.steps), self.note or other.note)
+        """This fix's steps, then the other's (notes joined)."""
+        notes = "; ".join(dict.fromkeys(n for n in (self.note, other.note) if n))
+        return Fix((*self.steps, *other.steps), notes, (*self.patch, *other.patch))
 
     def describe(self) -> str:
         text = _join([s.describe() for s in self.steps])

@@ -1,6 +1,8 @@
 """Remedies: one fix per object with findings, chosen by trying edits on it and re-running every rule.
 
-Two kinds of candidates are tried, cheapest change first (see _cost). Targeted ones, for the first finding:
+First the edits the rules proposed with their findings (a rule that knows the one value at fault, such as HAMi's
+scheduler name or a privileged flag, proposes its correction; each alone, then all together). Then two kinds
+of candidates, cheapest change first (see _cost). Targeted ones, for the first finding:
 a repair of the value at fault (a quantity the API server refuses, a node label misspelt), pinning the pod to
 a class (with the tolerations that class's taints need), running it in another tenant's namespaces, or
 changing its GPU request (fewer devices, another resource, one resource less). Then one rebuilt candidate
@@ -8,7 +10,9 @@ per class: every refused amount repaired, the request adapted to what the class 
 names, one replica per container where it shares, no more than one node holds), the pod pinned to it, and
 moved to a namespace whose tenant may use it where its own may not. Each candidate is applied to the object
 and the result evaluated; the cheapest after which no rule finds anything is the fix of every finding. Where
-none is, the hint says that no change within the policy admits the object. Only objects with findings pay.
+none is, the hint says that no change within the policy admits the object. A candidate after which findings
+remain that carry proposals is tried once more with them; where nothing admits, the rules' proposals are made
+and the search runs once more on the result. Only objects with findings pay.
 """
 
 from __future__ import annotations
@@ -63,6 +67,9 @@ class Assessment:
     workload: Workload
     facts: Facts
     findings: tuple[Diagnostic, ...]
+    request: GpuRequest
+    """The GPU request as read from the object (facts.request is the one the rules read: HAMi's scheduler takes
+    some pods' requests otherwise, policy.hami_rules)."""
 
 
 Assess = Callable[[Mapping[str, Any], tuple[str, ...], GpuRequest | None], Assessment | None]
@@ -81,7 +88,7 @@ def remedy(start: Assessment, context: Context, assess: Assess) -> tuple[Diagnos
     """The findings of ``start``, each with the object's fix (or the plain word that none exists) as its hint."""
     fix = _Search(start, context, assess).best()
     if fix is None:
-        return tuple(replace(f, hint=_no_change(start)) for f in start.findings)
+        return tuple(replace(f, hint=_no_change(start), fix=None) for f in start.findings)
     return tuple(replace(f, hint=fix.describe(), fix=fix) for f in start.findings)
 
 
@@ -94,7 +101,21 @@ class _Search:
         self.start, self.context, self.assess = start, context, assess
         self.seen: dict[tuple[Any, ...], tuple[Assessment | None, tuple[PatchOp, ...]]] = {}
 
-    def best(self) -> Fix | None:
+    def best(self, *, nested: bool = False) -> Fix | None:
+        """The cheapest fix found; where none is, the edits the rules proposed themselves are made and the
+        rest searched for on the result (once)."""
+        proposals = _proposals(self.start)
+        found = self._best(proposals)
+        if found is not None or nested or not proposals:
+            return found
+        combined = _combined(proposals)
+        after = self.outcome(combined)
+        if after is None or not after.findings:
+            return None
+        rest = _Search(after, self.context, self.assess).best(nested=True)
+        return None if rest is None else replace(combined, patch=self.seen[combined.edits][1]).then(rest)
+
+    def _best(self, proposals: Sequence[Fix]) -> Fix | None:
         finding = next((f for f in self.start.findings if f.severity == "error"), self.start.findings[0])
         state, context = self.start, self.context
         # Each phase's candidates cost at least its bound; a fix already as cheap makes the phase pointless.
@@ -102,6 +123,8 @@ class _Search:
         # every rebuilt candidate then repairs it (so changes the request too).
         refused = bool(state.facts.request.problems)
         phases: tuple[tuple[tuple[int, int, int, int], Callable[[], Iterable[Fix]]], ...] = (
+            # What the rules proposed (each, then all together), then repairs of the value at fault.
+            (_PLACEMENT, lambda: (*proposals, _combined(proposals)) if len(proposals) > 1 else proposals),
             (_PLACEMENT, lambda: _repairs(state, finding)),
             (_PLACEMENT, lambda: () if refused else _pins(context, state, finding)),
             (_MOVE, lambda: () if refused else _moves(context, state)),
@@ -125,7 +148,11 @@ class _Search:
             if candidate.edits in self.seen or tried < _TARGETED:
                 tried += 1
                 result = self.outcome(candidate)
-                if result is not None and not result.findings:
+                if result is not None and result.findings and (follow := _proposals(result)):
+                    # What is left carries the rules' own proposals (a second finding the first edit revealed).
+                    candidate = candidate.then(_combined(follow))
+                    result = self.outcome(candidate)
+                if result is not None and not result.findings and (best is None or _cost(candidate) < _cost(best)):
                     best = candidate
                     if _cost(best) <= bound:
                         return best
@@ -139,12 +166,32 @@ class _Search:
             tenants = self.start.tenants if move is None else ((move.tenant,) if move.tenant else ())
             # A fix that leaves the GPU request alone (placement, namespace) is read against the same request.
             same = not any(isinstance(e, SetAmount | RenameResource | RemoveResource) for e in key)
-            self.seen[key] = (self.assess(doc, tenants, self.start.facts.request if same else None), ops)
+            self.seen[key] = (self.assess(doc, tenants, self.start.request if same else None), ops)
         return self.seen[key][0]
 
 
 def _cost(fix: Fix) -> tuple[int, int, int, int]:
     return fix.cost
+
+
+def _proposals(state: Assessment) -> list[Fix]:
+    """The fixes the rules proposed with their findings (a rule knows the one value its finding is about), each
+    writing amounts where the object writes them (limits, and requests where it names the resource)."""
+    found: dict[tuple[Any, ...], Fix] = {}
+    for finding in state.findings:
+        if isinstance(finding.fix, Fix):
+            steps = tuple(replace(s, fields=("limits", "requests") if _requested(state, s.container_path, s.resource)
+                                  else ("limits",)) if isinstance(s, SetAmount) else s for s in finding.fix.steps)
+            fix = replace(finding.fix, steps=steps)
+            found.setdefault(fix.edits, fix)
+    return list(found.values())
+
+
+def _combined(proposals: Sequence[Fix]) -> Fix:
+    combined = proposals[0]
+    for fix in proposals[1:]:
+        combined = combined.then(fix)
+    return combined
 
 
 def _no_change(start: Assessment) -> str:

@@ -215,9 +215,9 @@ class GpuRequest:
         return tuple(resource for resource, _ in self.totals)
 
     @classmethod
-    def of(cls, containers: tuple[ContainerRequest, ...]) -> GpuRequest:
+    def of(cls, containers: tuple[ContainerRequest, ...], problems: tuple[RequestProblem, ...] = ()) -> GpuRequest:
         """The request of these containers, totalled the way the scheduler adds them up."""
-        return cls(containers, _effective_totals(list(containers)))
+        return cls(containers, effective_totals(list(containers)), problems)
 
     def first_path(self, resource: str) -> Path:
         """Where the first container asking for ``resource`` writes it."""

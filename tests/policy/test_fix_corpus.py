@@ -98,7 +98,8 @@ SUITE_DENIALS = suite_denials()
 
 
 def test_the_corpus_holds_every_suites_denials() -> None:
-    assert len(SUITE_DENIALS) >= 20 and {c for c, *_ in SUITE_DENIALS} == {"h20-mig", "mixed-fleet", "tke-l20-t4"}
+    assert len(SUITE_DENIALS) >= 20 and {c for c, *_ in SUITE_DENIALS} == {"h20-mig", "mixed-fleet", "tke-l20-t4",
+                                                                     "vgpu-platform"}
 
 
 @pytest.mark.parametrize(("cluster", "name", "obj", "labels", "namespace"), SUITE_DENIALS,
@@ -126,15 +127,24 @@ def test_each_denied_workload_fixture_has_fixes_that_admit_it(path: Path) -> Non
 # --- generated pods ----------------------------------------------------------------------------------------------
 
 RESOURCES = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-1g.12gb",
-             "nvidia.com/mig-3g.20gb", "nvidia.com/gpumem", "nvidia.com/gpu.shared"]
-AMOUNTS = st.sampled_from([1, 1, 1, 2, 3, 4, 8, 9, 16, "1", "2", "0.5", "1500m", "\u0662", "1e31", True, -1])
+             "nvidia.com/mig-3g.20gb", "nvidia.com/gpumem", "nvidia.com/gpu.shared", "nvidia.com/gpucores",
+             "nvidia.com/gpumem-percentage", "nvidia.com/priority"]
+AMOUNTS = st.sampled_from([1, 1, 1, 2, 3, 4, 8, 9, 16, "1", "2", "0.5", "1500m", "\u0662", "1e31", True, -1, 0, 150,
+                           8000, 60000, "8Gi"])
 LABELS = {"mixed-fleet": ["node-pool=t4-dev", "node-pool=a100-mps", "node-pool=h100-mig", "node-pool=h100-train",
                           "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.product=Tesla-T4"],
           "tke-l20-t4": ["node.kubernetes.io/instance-type=GN7.2XLARGE32", "nvidia.com/gpu.product=Tesla-T4",
                          "node.kubernetes.io/instance-type=PNV5b.8XLARGE96"],
-          "h20-mig": ["gpu-pool=h20", "nvidia.com/gpu.product=NVIDIA-H20"]}
+          "h20-mig": ["gpu-pool=h20", "nvidia.com/gpu.product=NVIDIA-H20"],
+          "vgpu-platform": ["node-pool=prod-mig", "node-pool=platform-vgpu", "node-pool=dev-ts",
+                            "nvidia.com/gpu.product=NVIDIA-L40S"]}
 NAMESPACES = {"mixed-fleet": [{}, {"gpu-tier": "prod"}, {"gpu-tier": "research"}, {"gpu-tier": "sandbox"}],
-              "tke-l20-t4": [{}], "h20-mig": [{}, {"gpu-tier": "inference"}]}
+              "tke-l20-t4": [{}], "h20-mig": [{}, {"gpu-tier": "inference"}],
+              "vgpu-platform": [{}, {"gpu-tier": "prod"}, {"gpu-tier": "platform"}, {"gpu-tier": "dev"}]}
+# What HAMi's rules read besides resources (policy.hami_rules): the scheduler, annotations, privileged containers.
+SCHEDULERS = st.sampled_from([None, None, None, "hami-scheduler", "default-scheduler", "volcano"])
+ANNOTATIONS = st.sampled_from([{}, {}, {"nvidia.com/use-gputype": "H100"}, {"nvidia.com/vgpu-mode": "mig"},
+                               {"hami.io/gpu-scheduler-policy": "binpack,topology"}])
 
 
 @st.composite
@@ -149,7 +159,10 @@ def container(draw: st.DrawFn, name: str) -> dict[str, Any]:
             resources.setdefault("requests", {})[resource] = amount
         if field == "differ":
             resources.setdefault("requests", {})[resource] = 2
-    return {"name": name, "image": "app:1", "resources": resources}
+    found: dict[str, Any] = {"name": name, "image": "app:1", "resources": resources}
+    if draw(st.integers(0, 7)) == 0:
+        found["securityContext"] = {"privileged": True}
+    return found
 
 
 @st.composite
@@ -172,10 +185,19 @@ def pods(draw: st.DrawFn) -> tuple[str, dict[str, Any], dict[str, str]]:
                                                      {"key": "other", "operator": "Exists"}]))]
     if draw(st.integers(0, 5)) == 0:
         spec["nodeName"] = "gpu-node-7"
+    scheduler = draw(SCHEDULERS)
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
     kind = draw(st.sampled_from(["Pod", "Deployment"]))
     obj: dict[str, Any] = {"apiVersion": "v1" if kind == "Pod" else "apps/v1", "kind": kind,
                            "metadata": {"name": "generated", "namespace": "apps"}}
-    obj["spec"] = spec if kind == "Pod" else {"template": {"spec": spec}}
+    annotations = draw(ANNOTATIONS)
+    template: dict[str, Any] = {"metadata": {"annotations": annotations}} if annotations else {}
+    if kind == "Pod":
+        obj["metadata"].update(template.get("metadata", {}))
+        obj["spec"] = spec
+    else:
+        obj["spec"] = {"template": {**template, "spec": spec}}
     return cluster, obj, draw(st.sampled_from(NAMESPACES[cluster]))
 
 
