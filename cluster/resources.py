@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from policy.quantity import parse_count
+from policy.workloads import NodeTaint
 
 Json = Mapping[str, Any]
 NVIDIA_PREFIX = "nvidia.com/"
@@ -31,17 +32,6 @@ class Container:
     limits: Mapping[str, str]
     waiting_reason: str = ""
     """Why the container is not running (CrashLoopBackOff, ContainerCreating, ...), from the pod's status."""
-
-
-@dataclass(frozen=True)
-class NodeTaint:
-    key: str
-    value: str
-    effect: str
-
-    def describe(self) -> str:
-        """``dedicated=training:NoSchedule``, as kubectl writes a taint."""
-        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
 
 
 @dataclass(frozen=True)

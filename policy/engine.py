@@ -22,12 +22,12 @@ from policy.rules import (
     ClassView,
     Conflict,
     Facts,
-    TaintView,
     placement_conflict,
     terms_conflict,
 )
 from policy.workloads import (
     GpuRequest,
+    NodeTaint,
     Placement,
     Toleration,
     Workload,
@@ -128,7 +128,7 @@ class Engine:
         self._severity = {rule.id: "error" if rule.id in ALWAYS_ENFORCED else
                           SEVERITY[policy.rules.get(rule.id, rule.default_mode)] for rule in RULES}
         self._tainted = frozenset(i for i, view in enumerate(self._classes) if view.taints)
-        self._untolerated: dict[tuple[Any, ...], tuple[tuple[int, TaintView], ...]] = {}
+        self._untolerated: dict[tuple[Any, ...], tuple[tuple[int, NodeTaint], ...]] = {}
         self._context = remedies.Context(self._moves())
         # Work done once per policy rather than per review (docs/performance.md): which classes know a
         # label key, and which may carry each key=value, so a nodeSelector's conflicts are set operations
@@ -241,7 +241,7 @@ class Engine:
         return found
 
     def _conflicts(self, placement: Placement, spec_path: Path,
-                   untolerated: tuple[tuple[int, TaintView], ...]) -> tuple[Conflict | None, ...]:
+                   untolerated: tuple[tuple[int, NodeTaint], ...]) -> tuple[Conflict | None, ...]:
         """placement_conflict for every class, aligned with the classes (the same values, faster).
 
         A nodeSelector entry key=value excludes exactly the classes that know the key but may not carry
@@ -268,7 +268,7 @@ class Engine:
                 conflicts[i] = Conflict((*spec_path, "tolerations"), "tolerations", None, taint)
         return tuple(conflicts)
 
-    def _untolerated_by(self, placement: Placement) -> tuple[tuple[int, TaintView], ...]:
+    def _untolerated_by(self, placement: Placement) -> tuple[tuple[int, NodeTaint], ...]:
         """(class index, taint) for every tainted class the pod's tolerations leave out (memoised: a cluster's
         pods carry few distinct tolerations)."""
         if not self._tainted:

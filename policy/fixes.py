@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from policy.diagnostics import Path
+from policy.workloads import NodeTaint
 
 PatchOp = dict[str, Any]
 """A JSON Patch operation whose ``path`` is kept as a tuple until the fix is written out (Fix.to_dict)."""
@@ -114,25 +115,6 @@ class SetNodeSelector:
 
 
 @dataclass(frozen=True)
-class RemovePlacement:
-    """Remove a nodeSelector entry, a node-affinity expression or term, or the whole required node affinity."""
-
-    path: Path
-    what: str
-    """``nodeSelector nvidia.com/gpu.product=Tesla-T4``, as the hint names it."""
-    kind: ClassVar[str] = "remove-placement"
-
-    def apply(self, doc: Doc) -> list[PatchOp]:
-        return _remove(doc, self.path)
-
-    def describe(self) -> str:
-        return f"remove {self.what}"
-
-    def to_dict(self, root: Path = ()) -> dict[str, Any]:
-        return {"kind": self.kind, "path": _rooted(root, self.path)}
-
-
-@dataclass(frozen=True)
 class AddToleration:
     """Add a toleration of one taint to the pod spec."""
 
@@ -157,8 +139,7 @@ class AddToleration:
         return [_put(doc, path, [self.toleration])]
 
     def describe(self) -> str:
-        taint = f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
-        return f"tolerate the taint {taint}"
+        return f"tolerate the taint {NodeTaint(self.key, self.value, self.effect).describe()}"
 
     def to_dict(self, root: Path = ()) -> dict[str, Any]:
         return {"kind": self.kind, "path": _rooted(root, (*self.spec_path, "tolerations")), "value": self.toleration}
@@ -221,6 +202,14 @@ class RemoveField:
 
     def to_dict(self, root: Path = ()) -> dict[str, Any]:
         return {"kind": self.kind, "path": _rooted(root, self.path)}
+
+
+@dataclass(frozen=True)
+class RemovePlacement(RemoveField):
+    """Remove a nodeSelector entry, a node-affinity expression or term, or the whole required node affinity
+    (``what``: ``nodeSelector nvidia.com/gpu.product=Tesla-T4``, as the hint names it)."""
+
+    kind: ClassVar[str] = "remove-placement"
 
 
 # --- the GPU request -------------------------------------------------------------------------------------------------
@@ -352,7 +341,7 @@ class Fix:
         (its placement, its scheduler, ...: its intent), changes the GPU request, moves the namespace; then its
         number of steps."""
         edits = self.edits
-        overrides = any(isinstance(e, RemovePlacement | SetField | RemoveField)
+        overrides = any(isinstance(e, SetField | RemoveField)
                         or (isinstance(e, SetNodeSelector) and e.overrides) for e in edits)
         changes_request = any(isinstance(e, SetAmount | RenameResource | RemoveResource) for e in edits)
         return int(overrides), int(changes_request), int(self.namespace is not None), len(self.steps)

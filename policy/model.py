@@ -21,6 +21,7 @@ from pydantic.alias_generators import to_camel, to_snake
 from pydantic_core import PydanticCustomError
 
 from policy import hami, selectors, sizing
+from policy.workloads import NodeTaint
 
 API_VERSION = "gpupolicy.dev/v1alpha1"
 KIND = "ClusterGPUPolicy"
@@ -549,7 +550,7 @@ class Taint(Model):
 
     def describe(self) -> str:
         """``dedicated=train:NoSchedule``, as kubectl writes a taint."""
-        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+        return NodeTaint(self.key, self.value, self.effect).describe()
 
 
 def _unique_taints(taints: tuple[Taint, ...]) -> tuple[Taint, ...]:

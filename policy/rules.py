@@ -20,7 +20,15 @@ from policy.labels import GFD_PREFIXES
 from policy.model import RuleId, RuleMode
 from policy.offers import ClassDoc, OfferDoc
 from policy.resolve import GPU, MIG_PREFIX, describe_offer, mode_name
-from policy.workloads import AffinityTerm, GpuRequest, NodeRequirement, Placement, RequestProblem, Toleration
+from policy.workloads import (
+    AffinityTerm,
+    GpuRequest,
+    NodeRequirement,
+    NodeTaint,
+    Placement,
+    RequestProblem,
+    Toleration,
+)
 
 # HAMi's resource names (webhook.md §3.3): its scheduler extender serves them, the NVIDIA plugin never does.
 HAMI_RESOURCES = DEFAULT_ATTRIBUTES
@@ -63,20 +71,6 @@ class OfferView:
 
 
 @dataclass(frozen=True)
-class TaintView:
-    key: str
-    value: str
-    effect: str
-
-    def describe(self) -> str:
-        """``dedicated=train:NoSchedule``, as kubectl writes a taint."""
-        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
-
-    def tolerated_by(self, tolerations: Iterable[Toleration]) -> bool:
-        return any(t.tolerates(self.key, self.value, self.effect) for t in tolerations)
-
-
-@dataclass(frozen=True)
 class ClassView:
     """A node class as the rules see it: the labels its nodes surely carry, and its offers by resource."""
 
@@ -92,7 +86,7 @@ class ClassView:
     offers: Mapping[str, OfferView]
     absent_prefixes: tuple[str, ...] = ()
     """Label prefixes no node of the class carries beyond ``known`` (GFD's, where GFD does not run)."""
-    taints: tuple[TaintView, ...] = ()
+    taints: tuple[NodeTaint, ...] = ()
     """The NoSchedule and NoExecute taints of the class's nodes (PreferNoSchedule keeps no pod away)."""
 
     @classmethod
@@ -102,7 +96,7 @@ class ClassView:
         absent = () if doc.feature_discovery else GFD_PREFIXES
         offers = {o.resource: OfferView.from_doc(o) for o in doc.offers}
         name = mode_name(m for o in offers.values() for m in o.modes) or doc.mode
-        taints = tuple(TaintView(t.key, t.value, t.effect) for t in doc.taints if t.effect in SCHEDULING_EFFECTS)
+        taints = tuple(NodeTaint(t.key, t.value, t.effect) for t in doc.taints if t.effect in SCHEDULING_EFFECTS)
         return cls(doc.name, doc.product, name, doc.mig_strategy, tuple(sorted(doc.node_selector.items())),
                    known, labels, offers, absent, taints)
 
@@ -118,7 +112,7 @@ class ClassView:
                 return False
         return True
 
-    def untolerated(self, tolerations: Sequence[Toleration], node_name: str | None = None) -> TaintView | None:
+    def untolerated(self, tolerations: Sequence[Toleration], node_name: str | None = None) -> NodeTaint | None:
         """The first taint of the class that keeps the pod off its nodes, or None."""
         effects = KUBELET_EFFECTS if node_name else SCHEDULING_EFFECTS
         return next((t for t in self.taints if t.effect in effects and not t.tolerated_by(tolerations)), None)
@@ -183,7 +177,7 @@ class Conflict:
     field: str
     """``nodeSelector``, ``required node affinity`` or ``tolerations``."""
     requirement: NodeRequirement | None
-    taint: TaintView | None = None
+    taint: NodeTaint | None = None
 
     def explain(self, view: ClassView) -> str:
         if self.taint is not None:

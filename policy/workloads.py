@@ -397,6 +397,22 @@ class Toleration:
         return False
 
 
+@dataclass(frozen=True)
+class NodeTaint:
+    """One taint of a node (or of every node of a class), as the scheduler and the kubelet match it."""
+
+    key: str
+    value: str
+    effect: str
+
+    def describe(self) -> str:
+        """``dedicated=training:NoSchedule``, as kubectl writes a taint."""
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+    def tolerated_by(self, tolerations: Sequence[Toleration]) -> bool:
+        return any(t.tolerates(self.key, self.value, self.effect) for t in tolerations)
+
+
 #: What an unreadable toleration is read as: one that tolerates everything. The API server refuses such pods,
 #: and counting more classes as reachable can only make the tenant rule stricter, never let a pod through.
 TOLERATE_ALL = Toleration("", "Exists", "", "")

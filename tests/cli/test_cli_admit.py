@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from json_patch import apply_patch
 
 from cli.main import main
 
@@ -237,21 +238,6 @@ spec:
       containers:
         - {name: train, image: train:1, resources: {limits: {nvidia.com/gpu: 8}}}
 """
-
-
-def apply_patch(doc: dict, ops: list[dict]) -> dict:
-    for op in ops:
-        *parents, last = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
-        target = doc
-        for token in parents:
-            target = target[int(token)] if isinstance(target, list) else target[token]
-        if op["op"] == "remove":
-            del target[int(last) if isinstance(target, list) else last]
-        elif isinstance(target, list):
-            target.append(op["value"])
-        else:
-            target[last] = op["value"]
-    return doc
 
 
 def test_the_json_fix_applied_to_the_file_and_its_namespace_admits_the_workload(

@@ -207,13 +207,19 @@ def seed_after_files(tmp_path: Path, spec: Path, edit_nodes: Any = None) -> list
     return recorded(tmp_path, scenario)
 
 
-def test_verify_reports_a_declared_taint_a_node_lacks_and_an_undeclared_one_it_carries(gpupolicy,
-                                                                                       tmp_path: Path) -> None:
+def tainted_t4_spec(tmp_path: Path) -> Path:
+    """The seed's spec with its T4 class's nodes tainted dedicated=inference:NoSchedule."""
     spec = tmp_path / "cluster.yaml"
     spec.write_text(TKE_SPEC.read_text(encoding="utf-8").replace(
         "      nodes: 1\n      gpu:\n        model: Tesla-T4",
         "      nodes: 1\n      taints: [{key: dedicated, value: inference, effect: NoSchedule}]\n      gpu:\n"
         "        model: Tesla-T4"), encoding="utf-8")
+    return spec
+
+
+def test_verify_reports_a_declared_taint_a_node_lacks_and_an_undeclared_one_it_carries(gpupolicy,
+                                                                                       tmp_path: Path) -> None:
+    spec = tainted_t4_spec(tmp_path)
 
     def taint_the_l20(nodes: dict[str, Any]) -> None:
         nodes["10.0.1.12"].setdefault("spec", {})["taints"] = [
@@ -232,11 +238,7 @@ def test_verify_reports_a_declared_taint_a_node_lacks_and_an_undeclared_one_it_c
 
 
 def test_a_tainted_class_whose_nodes_carry_the_taint_agrees(gpupolicy, tmp_path: Path) -> None:
-    spec = tmp_path / "cluster.yaml"
-    spec.write_text(TKE_SPEC.read_text(encoding="utf-8").replace(
-        "      nodes: 1\n      gpu:\n        model: Tesla-T4",
-        "      nodes: 1\n      taints: [{key: dedicated, value: inference, effect: NoSchedule}]\n      gpu:\n"
-        "        model: Tesla-T4"), encoding="utf-8")
+    spec = tainted_t4_spec(tmp_path)
 
     def taint_the_t4(nodes: dict[str, Any]) -> None:
         nodes["10.0.2.7"].setdefault("spec", {})["taints"] = [

@@ -6,11 +6,11 @@ a default nobody can use, tainted pools counted as reachable)."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_engine import engine_for
 
 from policy.engine import Decision, Engine
 from policy.load import load_policy
@@ -18,14 +18,6 @@ from policy.offers import build_admission_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"
-
-
-@functools.cache
-def engine_for(cluster: str) -> Engine:
-    path = ROOT / "examples" / "clusters" / cluster / "cluster.yaml"
-    result = load_policy(path.read_text(encoding="utf-8"), filename=str(path))
-    assert result.ok and result.policy is not None, result.diagnostics
-    return Engine(build_admission_policy(result.policy))
 
 
 def evaluate(cluster: str, obj: dict[str, Any], labels: dict[str, str] | None = None) -> Decision:

@@ -5,8 +5,6 @@ admitted with no finding left. A finding without a fix must say that no change w
 
 from __future__ import annotations
 
-import copy
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +12,10 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from json_patch import apply_patch
+from test_engine import engine_for
 
 from policy.engine import Decision, Engine
-from policy.load import load_policy
-from policy.offers import build_admission_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "examples" / "clusters"
@@ -25,39 +23,7 @@ FIXTURES = ROOT / "tests" / "fixtures" / "workloads"
 NO_CHANGE = "no change to this object within the policy admits it"
 
 
-@functools.cache
-def engine_for(cluster: str) -> Engine:
-    path = CLUSTERS / cluster / "cluster.yaml"
-    result = load_policy(path.read_text(encoding="utf-8"), filename=str(path))
-    assert result.ok and result.policy is not None, result.diagnostics
-    return Engine(build_admission_policy(result.policy))
-
-
 # --- applying a fix as a client would ------------------------------------------------------------------------------
-
-
-def apply_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
-    """RFC 6902 add and remove (the operations fixes use), strict: a missing parent or member is an error."""
-    doc = copy.deepcopy(doc)
-    for op in ops:
-        tokens = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
-        parent = doc
-        for token in tokens[:-1]:
-            parent = parent[int(token)] if isinstance(parent, list) else parent[token]
-        last = tokens[-1]
-        if op["op"] == "add":
-            if isinstance(parent, list):
-                parent.insert(len(parent) if last == "-" else int(last), op["value"])
-            else:
-                parent[last] = op["value"]
-        elif op["op"] == "remove":
-            if isinstance(parent, list):
-                del parent[int(last)]
-            else:
-                del parent[last]  # KeyError: the patch removes what is not there
-        else:
-            raise AssertionError(f"unexpected operation {op}")
-    return doc
 
 
 def check_every_fix_admits(engine: Engine, obj: dict[str, Any], labels: dict[str, str], namespace: str) -> Decision:

@@ -4,12 +4,12 @@ admitted by the same server."""
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from json_patch import apply_patch
 from test_https import Server, poll, start_server, stop_server
 from webhook_support import KubeletVolume, admission_review, compiled_policy
 
@@ -65,27 +65,11 @@ def fixes(answer: dict[str, Any]) -> list[dict[str, Any]]:
     return [json.loads(c["message"]) for c in answer["status"]["details"]["causes"] if c["reason"] == FIX_CAUSE]
 
 
-def apply(obj: dict[str, Any], fix: dict[str, Any]) -> dict[str, Any]:
-    doc = copy.deepcopy(obj)
-    for op in fix["jsonPatch"]:
-        *parents, last = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
-        target = doc
-        for token in parents:
-            target = target[int(token)] if isinstance(target, list) else target[token]
-        if op["op"] == "remove":
-            del target[int(last) if isinstance(target, list) else last]
-        elif isinstance(target, list):
-            target.append(op["value"])
-        else:
-            target[last] = op["value"]
-    return doc
-
-
 def admitted_after_fix(server: Server, obj: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
     """The first fix the denial carries, applied; sent to the entry of the tenant the namespace move names."""
     fix = fixes(answer)[0]
     tenant = fix.get("namespace", {}).get("tenant")
-    again = review(server, apply(obj, fix), tenant=tenant, uid="after-fix")
+    again = review(server, apply_patch(obj, fix["jsonPatch"]), tenant=tenant, uid="after-fix")
     assert again["allowed"] is True and "warnings" not in again, again
     return fix
 
