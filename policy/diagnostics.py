@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, get_args, get_origin
 
@@ -249,7 +249,7 @@ def _looks_like_key(part: str) -> bool:
 def _convert(item: Any, path: Path, data: Any, root: type[BaseModel]) -> Diagnostic:
     kind = item["type"]
     ctx = item.get("ctx") or {}
-    given = _value_at(data, path)
+    given = value_at(data, path)
     where = format_path(path) or "the document"
     if kind == "extra_forbidden":
         allowed = _fields_at(root, path[:-1])
@@ -321,11 +321,14 @@ def _lower_first(text: str) -> str:
     return text[:1].lower() + text[1:]
 
 
-def _value_at(data: Any, path: Path) -> Any:
+def value_at(data: Any, path: Path) -> Any:
+    """The value at ``path`` into parsed JSON or YAML (mapping keys, list indices), or None where there is none."""
     for part in path:
-        try:
+        if isinstance(data, Mapping):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
             data = data[part]
-        except (KeyError, IndexError, TypeError):
+        else:
             return None
     return data
 

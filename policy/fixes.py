@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from policy.diagnostics import Path
+from policy.diagnostics import Path, value_at
 from policy.workloads import NodeTaint
 
 PatchOp = dict[str, Any]
@@ -37,23 +37,12 @@ def _join(items: list[str]) -> str:
 # --- copy-on-write access into a shared object --------------------------------------------------------------------
 
 
-def _get(doc: Any, path: Path) -> Any:
-    for part in path:
-        if isinstance(doc, dict):
-            doc = doc.get(part)
-        elif isinstance(doc, list) and isinstance(part, int) and 0 <= part < len(doc):
-            doc = doc[part]
-        else:
-            return None
-    return doc
-
-
 def _writable(doc: Doc, path: Path) -> Any:
     """The container at ``path``, every level on the way copied first, so an edit never touches the parts the
     copy shares with the original object; None where the path is absent."""
     current: Any = doc
     for part in path:
-        child = _get(current, (part,))
+        child = value_at(current, (part,))
         if not isinstance(child, dict | list):
             return None
         child = dict(child) if isinstance(child, dict) else list(child)
@@ -75,7 +64,7 @@ def _put(doc: Doc, path: Path, value: Any) -> PatchOp:
 
 def _remove(doc: Doc, path: Path) -> list[PatchOp]:
     """Remove ``path``; nothing (and no op, which JSON Patch would refuse) where it is absent."""
-    if _get(doc, path) is None and not _present(doc, path):
+    if value_at(doc, path) is None and not _present(doc, path):
         return []
     parent = _writable(doc, path[:-1])
     del parent[path[-1]]
@@ -83,7 +72,7 @@ def _remove(doc: Doc, path: Path) -> list[PatchOp]:
 
 
 def _present(doc: Doc, path: Path) -> bool:
-    parent = _get(doc, path[:-1])
+    parent = value_at(doc, path[:-1])
     if isinstance(parent, dict):
         return path[-1] in parent
     return isinstance(parent, list) and isinstance(path[-1], int) and 0 <= path[-1] < len(parent)

@@ -24,7 +24,7 @@ from fractions import Fraction
 from typing import Any
 
 from policy import catalog
-from policy.diagnostics import Diagnostic, Path, did_you_mean
+from policy.diagnostics import Diagnostic, Path, did_you_mean, value_at
 from policy.fixes import (
     AddToleration,
     Fix,
@@ -412,7 +412,7 @@ def _slots(state: Assessment) -> list[_Slot]:
         if key in found:
             found[key] = replace(found[key], refused=True)
             continue
-        spec = _descend(state.obj, problem.container_path)
+        spec = value_at(state.obj, problem.container_path)
         sidecar = isinstance(spec, Mapping) and spec.get("restartPolicy") == "Always"
         count = problem.limit if problem.limit is not None else (
             _count_of(problem.given) if problem.kind == "limit-missing" else _nearest_count(problem.given))
@@ -527,19 +527,8 @@ def _amount_at(state: Assessment, path: Path) -> tuple[Path, str, str, int] | No
 
 
 def _requested(state: Assessment, container_path: Path, resource: str) -> bool:
-    requests = _descend(state.obj, (*container_path, "resources", "requests"))
+    requests = value_at(state.obj, (*container_path, "resources", "requests"))
     return isinstance(requests, Mapping) and resource in requests
-
-
-def _descend(obj: Any, path: Path) -> Any:
-    for part in path:
-        if isinstance(obj, Mapping):
-            obj = obj.get(part)
-        elif isinstance(obj, list) and isinstance(part, int) and 0 <= part < len(obj):
-            obj = obj[part]
-        else:
-            return None
-    return obj
 
 
 def _fewer(facts: Facts, resource: str, count: int) -> list[int]:
