@@ -459,6 +459,8 @@ def _default_modes(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
     allowed = set(admission.default_allow)
     if not admission.enabled or not allowed or any(set(o.modes) <= allowed for c in resolved.classes for o in c.offers):
         return
+    if any(not c.offers for c in resolved.classes):
+        return  # a class that offers nothing is refused by its own finding (a layout its plugin cannot start with)
     offered = sorted({o.mode_name for c in resolved.classes for o in c.offers})
     yield Diagnostic("default-mode-unavailable", f"admission.defaultAllow is {', '.join(admission.default_allow)}, "
                      f"but no node class offers that (the classes offer {', '.join(offered)}), so namespaces outside "

@@ -70,6 +70,12 @@ def mode_name(modes: Iterable[str]) -> str:
     return "+".join(dict.fromkeys(modes))
 
 
+def class_mode_name(mode: str, offer_modes: Iterable[tuple[str, ...]]) -> str:
+    """A class's mode as every output names it: ``mig+time-slicing`` when some of its MIG instances are
+    time-sliced, else its spec's mode (whole GPUs a MIG class leaves out of its groups do not rename it)."""
+    return "mig+time-slicing" if mode == "mig" and any("time-slicing" in m for m in offer_modes) else mode
+
+
 def describe_offer(devices_per_node: int, replicas: int, modes: tuple[str, ...], mig_profile: str | None) -> str:
     """``1 GPU x 8 time-slicing replicas``, ``7 1g.12gb MIG devices``: an offer per node, in words."""
     plural = "s" if devices_per_node != 1 else ""
@@ -170,9 +176,8 @@ class ResolvedClass:
 
     @property
     def mode_name(self) -> str:
-        """The class's mode as every output names it: ``mig+time-slicing`` when some of its MIG instances are
-        time-sliced, else the spec's mode."""
-        return mode_name(m for o in self.offers for m in o.modes) or self.mode
+        """The class's mode as every output names it (class_mode_name)."""
+        return class_mode_name(self.mode, (o.modes for o in self.offers))
 
     @property
     def taints(self) -> tuple[Taint, ...]:

@@ -19,7 +19,7 @@ from policy.hami import DEFAULT_ATTRIBUTES
 from policy.labels import GFD_PREFIXES
 from policy.model import RuleId, RuleMode
 from policy.offers import ClassDoc, OfferDoc
-from policy.resolve import GPU, MIG_PREFIX, describe_offer, mode_name
+from policy.resolve import GPU, MIG_PREFIX, class_mode_name, describe_offer, mode_name
 from policy.workloads import (
     AffinityTerm,
     GpuRequest,
@@ -95,7 +95,7 @@ class ClassView:
         labels = {key: _possible_values(key, value) for key, value in known.items()}
         absent = () if doc.feature_discovery else GFD_PREFIXES
         offers = {o.resource: OfferView.from_doc(o) for o in doc.offers}
-        name = mode_name(m for o in offers.values() for m in o.modes) or doc.mode
+        name = class_mode_name(doc.mode, (o.modes for o in offers.values()))
         taints = tuple(NodeTaint(t.key, t.value, t.effect) for t in doc.taints if t.effect in SCHEDULING_EFFECTS)
         return cls(doc.name, doc.product, name, doc.mig_strategy, tuple(sorted(doc.node_selector.items())),
                    known, labels, offers, absent, taints)

@@ -172,6 +172,21 @@ def test_time_sliced_mig_is_named_mig_plus_time_slicing_in_denials() -> None:
     assert "class h20 (mig+time-slicing)" in decision.diagnostics[0].message
 
 
+def test_a_mig_class_with_gpus_left_whole_is_still_named_mig() -> None:
+    from policy.resolve import resolve
+
+    path = ROOT / "examples" / "clusters" / "mixed-fleet" / "cluster.yaml"
+    text = path.read_text(encoding="utf-8").replace(
+        "            - gpus: [0, 1, 2, 3]\n              layout: {1g.10gb: 7}\n", "")
+    result = load_policy(text, filename=str(path))
+    assert result.ok and result.policy is not None, result.diagnostics
+    (h100,) = (c for c in resolve(result.policy).classes if c.name == "h100-mig")
+    assert {m for o in h100.offers for m in o.modes} == {"mig", "exclusive"}  # GPUs 0-3 are advertised whole
+    assert h100.mode_name == "mig"
+    view = next(v for v in Engine(build_admission_policy(result.policy)).classes if v.name == "h100-mig")
+    assert view.mode == "mig"
+
+
 # --- 7. taints ------------------------------------------------------------------------------------------------------
 
 

@@ -150,7 +150,7 @@ def test_a_denial_quotes_a_megabyte_field_value_in_a_bounded_message() -> None:
     assert len(message) <= 2 * 4000
     assert message.startswith("Deployment nnnn") and "[shared-gpu-request-above-one] container \"cccc" in message
     assert "more characters]" in message and "n" * (MAX_QUOTED_CHARS + 1) not in message
-    assert "c" * (MAX_QUOTED_CHARS + 1) not in message and message.endswith("sharing: exclusive")
+    assert "c" * (MAX_QUOTED_CHARS + 1) not in message and message.endswith("sharing: exclusive)")
 
 
 def test_a_denial_with_thousands_of_findings_is_capped_as_a_whole() -> None:
