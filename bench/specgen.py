@@ -64,9 +64,10 @@ def generate_spec(classes: int, *, tenants: bool = True, name: str = "bench") ->
                        f"      allow: [{', '.join(modes)}]"]
     if chosen:
         lines += ["  tenants:", *chosen]
+    default = [m for m in ("time-slicing", "mps") if m in present]  # likewise for namespaces of no tenant
     lines += [
         "  admission:",
         "    enforcement: enforce",
-        "    defaultAllow: [time-slicing, mps]",
+        f"    defaultAllow: [{', '.join(default)}]",
     ]
     return "\n".join(lines) + "\n"

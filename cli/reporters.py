@@ -64,6 +64,7 @@ def as_dict(d: Diagnostic) -> dict[str, object]:
         "file": d.span.file if d.span else None,
         "line": d.span.line if d.span else None,
         "column": d.span.column if d.span else None,
+        "fix": d.fix.to_dict() if d.fix is not None else None,
     }
 
 

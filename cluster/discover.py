@@ -5,18 +5,22 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import version as _version
 from typing import Any
 
 import yaml
 
 from cluster import ClusterError, facts
-from cluster.resources import DaemonSet, Node, Snapshot
+from cluster.resources import DaemonSet, Node, NodeTaint, Snapshot
+from cluster.sharing import LiveSharing, read_sharing, settled
 from compiler import serialize
 from policy import catalog, cloud_vgpu, hami, selectors
 from policy.model import API_VERSION, KIND, PluginFlags
 
-DEFAULT_SCHEMA = "https://gpupolicy.dev/schemas/cluster-policy.schema.json"
-ISSUE = "#6"
+# The schema as the project publishes it with its sources, at the release this gpupolicy is (gpupolicy.dev is
+# only the schemas' $id, not a host that serves them). `gpupolicy schema --write DIR` writes the same file.
+DEFAULT_SCHEMA = (f"https://raw.githubusercontent.com/gpupolicy/gpupolicy/v{_version('gpupolicy')}/schemas/"
+                  "cluster-policy.schema.json")
 # Labels a class must never be selected by: GFD and the operator rewrite nvidia.com/* (T4 -> T4-SHARED), NFD's
 # describe hardware, and the rest name one node or its place rather than its kind.
 _NEVER = ("nvidia.com/", "feature.node.kubernetes.io/", "kubernetes.io/hostname", "topology.kubernetes.io/",
@@ -69,6 +73,12 @@ class DraftClass:
     selector_notes: Mapping[str, str]
     """Label key -> why it is in the selector (a YAML comment)."""
     gpu: catalog.GpuModel | None
+    sharing: LiveSharing = field(default_factory=lambda: LiveSharing("exclusive", "whole GPUs"))
+    """What the nodes run now, read off their labels and capacity."""
+    differing: tuple[str, ...] = ()
+    """Nodes of the group whose labels show other sharing (mid-change, or configured apart)."""
+    taints: tuple[NodeTaint, ...] = ()
+    """Taints every node of the group carries (but the transient ones Kubernetes sets)."""
 
     @property
     def stated_memory_mib(self) -> int | None:
@@ -129,7 +139,7 @@ def discover(snapshot: Snapshot, *, name: str) -> Draft:
     groups = _groups(labelled)
     others = [n for n in snapshot.nodes if n not in labelled]
     selected = _selectors(groups, others)
-    classes = tuple(DraftClass(name_, key, tuple(nodes), sel, notes, _lookup(key.model))
+    classes = tuple(DraftClass(name_, key, tuple(nodes), sel, notes, _lookup(key.model), *_live(nodes))
                     for (name_, key, nodes), (sel, notes) in zip(_named(groups), selected, strict=True))
     skipped = tuple(f"{n.name}: GPUs without GFD labels" for n in gpu_nodes if n not in labelled)
     skipped += tuple(f"{node}: a {p.name} node, configured by {p.managed_by}; gpupolicy does not configure it"
@@ -140,6 +150,22 @@ def discover(snapshot: Snapshot, *, name: str) -> Draft:
 
 def _lookup(model: str) -> catalog.GpuModel | None:
     return catalog.lookup(model) or catalog.lookup(f"NVIDIA-{model}")
+
+
+def _live(nodes: list[Node]) -> tuple[LiveSharing, tuple[str, ...], tuple[NodeTaint, ...]]:
+    """The group's sharing, read off its first node mig-manager has finished with, the nodes that show other
+    sharing, and the taints all of them carry."""
+    chosen = next((n for n in nodes if settled(n)), nodes[0])
+    sharing = read_sharing(chosen)
+    differing = []
+    for node in nodes:
+        if node is not chosen and (seen := read_sharing(node)).data != sharing.data:
+            state = node.labels.get(facts.MIG_CONFIG_STATE)
+            differing.append(f"{node.name} shows {seen.summary}" + (f" (mig.config.state {state})" if state else ""))
+    common = set(facts.lasting_taints(nodes[0]))
+    for node in nodes[1:]:
+        common &= set(facts.lasting_taints(node))
+    return sharing, tuple(differing), tuple(t for t in facts.lasting_taints(nodes[0]) if t in common)
 
 
 # --- grouping ---------------------------------------------------------------------------------------------------
@@ -280,7 +306,7 @@ def _separate(i: int, j: int, constant: list[dict[str, str]], chosen: list[dict[
     for side in (i, j):
         if key == _FALLBACK_KEY:
             chosen[side].setdefault(key, "")  # filled with the class name by the renderer
-            notes[side][key] = f"TODO({ISSUE}): no label tells these nodes apart; label them with it"
+            notes[side][key] = "TODO: no label tells these nodes apart; label them with it"
         elif key not in chosen[side]:
             chosen[side][key] = constant[side][key]
             notes[side][key] = "differs between the classes"
@@ -303,7 +329,7 @@ def _exclude_others(i: int, others: list[Node], constant: list[dict[str, str]], 
         names = ", ".join(n.name for n in stray[:3]) + (", ..." if len(stray) > 3 else "")
         why = f"no label tells these nodes from {names}" if stray else "these nodes share no usable label"
         chosen[i][_FALLBACK_KEY] = ""
-        notes[i][_FALLBACK_KEY] = f"TODO({ISSUE}): {why}; label them with it"
+        notes[i][_FALLBACK_KEY] = f"TODO: {why}; label them with it"
 
 
 def _stray(selector: Mapping[str, str], others: list[Node]) -> list[Node]:
@@ -400,26 +426,33 @@ def _plugin_data(plugin: DraftPlugin) -> dict[str, Any]:
 
 
 def _class_data(draft: DraftClass) -> dict[str, Any]:
-    gpu: dict[str, Any] = {"model": draft.gpu.product if draft.gpu else draft.key.model, "count": draft.key.count}
+    count = draft.sharing.physical_gpus or draft.key.count
+    gpu: dict[str, Any] = {"model": draft.gpu.product if draft.gpu else draft.key.model, "count": count}
     if draft.stated_memory_mib is not None:
         gpu["memory"] = f"{draft.stated_memory_mib}Mi"
     drivers = {facts.driver_version(n.labels) for n in draft.nodes}
     if len(drivers) == 1 and None not in drivers:
         gpu["driverVersion"] = drivers.pop()
-    return {
+    data = {
         "name": draft.name,
         "description": _description(draft),
         "nodeSelector": {k: v or draft.name for k, v in draft.node_selector.items()},
         "nodes": len(draft.nodes),
         "gpu": gpu,
-        "sharing": _sharing_data(draft.key.vgpu),
+        "sharing": _sharing_data(draft),
     }
+    if draft.taints:
+        data["taints"] = [{"key": t.key, **({"value": t.value} if t.value else {}), "effect": t.effect}
+                          for t in draft.taints]
+    return data
 
 
-def _sharing_data(seen: VgpuSeen | None) -> Any:
-    """exclusive as the placeholder to decide on; what HAMi registers where it already runs."""
+def _sharing_data(draft: DraftClass) -> Any:
+    """What the nodes run now: HAMi's registration where HAMi runs, else what GFD's labels show (exclusive where
+    they show no sharing)."""
+    seen = draft.key.vgpu
     if seen is None:
-        return "exclusive"
+        return draft.sharing.data
     vgpu: dict[str, Any] = {"splitCount": seen.split_count}
     if seen.memory_scaling != 1:
         vgpu["memoryScaling"] = seen.memory_scaling
@@ -431,7 +464,7 @@ def _sharing_data(seen: VgpuSeen | None) -> Any:
 def _description(draft: DraftClass) -> str:
     model = draft.gpu.display_name if draft.gpu else draft.key.model
     where = f" on {draft.key.instance_type}" if draft.key.instance_type else ""
-    return f"{draft.key.count}x {model}{where}"
+    return f"{draft.sharing.physical_gpus or draft.key.count}x {model}{where}"
 
 
 def render_draft(draft: Draft, *, schema: str = DEFAULT_SCHEMA) -> str:
@@ -459,13 +492,17 @@ def _header(draft: Draft) -> list[str]:
         source += " or HAMi's registration"
         grouping = "GPU model, count, memory, MIG capability, instance type and HAMi's split"
     lines = [
-        f"# Drafted by `gpupolicy cluster discover` from context {draft.context} ({draft.server}): {draft.nodes} "
+        f"# Drafted by `gpupolicy cluster discover` from {_where(draft)}: {draft.nodes} "
         f"nodes, {gpu_nodes} with {source}, grouped by {grouping} into one class each.",
-        f"# TODO({ISSUE}): decide each class's sharing (placeholder: exclusive), then run `gpupolicy validate` "
-        "and `gpupolicy compile`.",
+        "# TODO: check each class's sharing (what the nodes' GPU Feature Discovery labels or HAMi's registration "
+        "show they run now; exclusive where they show none), then run `gpupolicy validate` and `gpupolicy compile`.",
     ]
     lines += [f"# Not drafted: {s}." for s in draft.skipped]
     return _wrap(lines)
+
+
+def _where(draft: Draft) -> str:
+    return f"context {draft.context} ({draft.server})" if draft.server else draft.context
 
 
 def _wrap(lines: list[str], width: int = 118) -> list[str]:
@@ -494,13 +531,18 @@ def _class_lines(draft: DraftClass, data: dict[str, Any]) -> list[str]:
     lines.append(f"{pad}nodes: {data['nodes']}  # for the capacity report")
     lines.append(f"{pad}gpu:")
     lines.append(f"{pad}  model: {_scalar(data['gpu']['model'])}")
-    lines.append(f"{pad}  count: {data['gpu']['count']}" + _count_note(draft))
+    lines.append(f"{pad}  count: {data['gpu']['count']}")
     if "memory" in data["gpu"]:
         lines.append(f"{pad}  memory: {_scalar(data['gpu']['memory'])}  # nvidia.com/gpu.memory as the nodes report it")
     if "driverVersion" in data["gpu"]:
         lines.append(f"{pad}  driverVersion: {_scalar(data['gpu']['driverVersion'])}  # GFD's cuda.driver labels")
     lines += _wrap([f"{pad}# {c}" for c in _sharing_comments(draft)])
-    lines.append(f"{pad}sharing: {_flow(data['sharing'])}")
+    if isinstance(data["sharing"], Mapping):
+        lines += _block("sharing", data["sharing"], 3)
+    else:
+        lines.append(f"{pad}sharing: {data['sharing']}")
+    if "taints" in data:
+        lines.append(f"{pad}taints: {_scalar(data['taints'])}  # every node of the class carries them")
     return lines
 
 
@@ -524,21 +566,6 @@ def _seen(nodes: Iterable[Node], key: str, name: str) -> str:
     return f"{name} {' / '.join(values)}" if values else ""
 
 
-def _count_note(draft: DraftClass) -> str:
-    seen = {facts.parse_product(n.labels[facts.PRODUCT]).mig_profile
-            for n in draft.nodes if facts.PRODUCT in n.labels}
-    if seen - {None}:
-        return f"  # TODO({ISSUE}): MIG single counts MIG devices here; set the physical GPUs per node"
-    return ""
-
-
-def _flow(value: Any) -> str:
-    """A scalar, or a mapping in flow style on one line ({vgpu: {splitCount: 10}})."""
-    if not isinstance(value, Mapping):
-        return _scalar(value)
-    return "{" + ", ".join(f"{_scalar(k)}: {_flow(v)}" for k, v in value.items()) + "}"
-
-
 def _sharing_comments(draft: DraftClass) -> list[str]:
     seen = draft.key.vgpu
     if seen is not None:
@@ -552,7 +579,18 @@ def _sharing_comments(draft: DraftClass) -> list[str]:
         profiles = ", ".join(f"{p.name} x{p.max_count}" for p in model.mig.profiles if "+" not in p.name)
         choices.append(f"mig: {{strategy: mixed, layout: {{...}}}} (profiles per GPU: {profiles})")
     choices.append("or keep exclusive")
-    return [f"TODO({ISSUE}): choose the sharing mode: " + "; ".join(choices) + "."]
+    if draft.sharing.data == "exclusive":
+        out = ["TODO: choose the sharing mode: " + "; ".join(choices) + "."]
+    else:
+        out = [f"The nodes run {draft.sharing.summary} now (GPU Feature Discovery labels and capacity): compiling "
+               "this keeps what their workloads ask for. To change it: " + "; ".join(choices[:-1]) + "."]
+    out += [f"TODO: {t}." for t in draft.sharing.todo]
+    out += [f"TODO: {d}; the class follows {_settled_node(draft)}." for d in draft.differing]
+    return out
+
+
+def _settled_node(draft: DraftClass) -> str:
+    return next((n.name for n in draft.nodes if settled(n)), draft.nodes[0].name)
 
 
 def _block(key: str, value: Mapping[str, Any], depth: int, note: str = "") -> list[str]:

@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from cluster.resources import NVIDIA_PREFIX, Container, DaemonSet, Node, Pod
+from cluster.resources import NVIDIA_PREFIX, Container, DaemonSet, Node, NodeTaint, Pod
 from policy import hami
 from policy.labels import DRIVER_VERSION_FULL, DRIVER_VERSION_PARTS
 from policy.labels import MIG_CONFIG_STATE as MIG_CONFIG_STATE
@@ -24,6 +24,10 @@ SHARED_SUFFIX = "-SHARED"
 _MIG_SUFFIX = re.compile(r"-MIG-(?P<profile>(?:\d+c\.)?\d+g\.\d+gb(?:[+-][A-Za-z0-9.,]+)?|INVALID)$")
 # No GPU has 10 TiB, but an old GFD wrote bytes (16106127360 for a T4, fixtures/nodes): a larger figure is bytes.
 _BYTES_THRESHOLD = 10**7
+# Taints nodes carry for a while, set by Kubernetes (node lifecycle, cloud provider) or the cluster autoscaler, not
+# by whoever keeps the pool: neither a class's taints nor a mismatch.
+_TRANSIENT_TAINTS = ("node.kubernetes.io/", "node.cloudprovider.kubernetes.io/", "ToBeDeletedByClusterAutoscaler",
+                     "DeletionCandidateOfClusterAutoscaler")
 # Commands of containers that ship in the device-plugin image but are not the plugin itself (Helm chart, operator).
 _NOT_THE_PLUGIN = ("gpu-feature-discovery", "mps-control-daemon", "config-manager")
 
@@ -51,6 +55,11 @@ def parse_product(label: str) -> Product:
 def has_gfd_labels(node: Node) -> bool:
     """Whether GPU Feature Discovery has labelled the node (product or count: what every GFD version writes)."""
     return PRODUCT in node.labels or COUNT in node.labels
+
+
+def lasting_taints(node: Node) -> tuple[NodeTaint, ...]:
+    """The node's taints but the transient ones Kubernetes and the autoscaler set."""
+    return tuple(t for t in node.taints if t.key and not t.key.startswith(_TRANSIENT_TAINTS))
 
 
 def gpu_resources(counts: Mapping[str, int]) -> dict[str, int]:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from policy.quantity import parse_count
+from policy.workloads import NodeTaint
 
 Json = Mapping[str, Any]
 NVIDIA_PREFIX = "nvidia.com/"
@@ -45,6 +46,7 @@ class Node:
     kubelet_version: str = ""
     annotations: Mapping[str, str] = field(default_factory=dict)
     """What node agents report beside labels (HAMi's device plugin registers its GPUs here)."""
+    taints: tuple[NodeTaint, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -258,6 +260,8 @@ def node_from(obj: Json) -> Node:
         ready=_condition_true(conditions, "Ready") if conditions else True,
         kubelet_version=str((status.get("nodeInfo") or {}).get("kubeletVersion", "")),
         annotations=_strings(meta.get("annotations")),
+        taints=tuple(NodeTaint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
+                     for t in spec.get("taints") or () if isinstance(t, Mapping)),
     )
 
 

@@ -267,6 +267,7 @@ def _node_findings(view: _View, resolved: ResolvedClass, node: Node) -> Iterator
     yield from _allocatable(resolved, node, at)
     yield from _unexpected_resources(resolved, node, at)
     yield from _required_labels(view, resolved, node, at)
+    yield from _taints(resolved, node, at)
     if resolved.vgpu is not None:
         yield from _hami_registration(resolved, node, at)
     if facts.has_gfd_labels(node):
@@ -356,6 +357,36 @@ def _required_labels(view: _View, resolved: ResolvedClass, node: Node, at: Mappi
         )
 
 
+def _taints(resolved: ResolvedClass, node: Node, at: Mapping[str, str]) -> Iterator[Finding]:
+    """The class's taints against the node's: admission counts a tainted class as out of reach of pods that do
+    not tolerate it, so a missing taint lets such pods land where their tenant may not be, and an undeclared one
+    makes pods admission let through pend."""
+    have = {(t.key, t.value, t.effect) for t in node.taints}
+    declared = {(t.key, t.value, t.effect) for t in resolved.taints}
+    for taint in resolved.taints:
+        if (taint.key, taint.value, taint.effect) in have:
+            continue
+        scheduling = taint.effect != "PreferNoSchedule"
+        yield Finding(
+            "node-taint-missing",
+            f"node {node.name} lacks the taint {taint.describe()} of class {resolved.name}"
+            + (": admission counts the class as out of reach of pods that do not tolerate it, and such pods may "
+               "land here" if scheduling else ""),
+            f"kubectl taint nodes {node.name} {taint.describe()} (or set it in the node pool's taints)",
+            "error" if scheduling else "warning", **at)
+    for taint in facts.lasting_taints(node):
+        if taint.effect == "PreferNoSchedule" or (taint.key, taint.value, taint.effect) in declared:
+            continue
+        yield Finding(
+            "node-taint-undeclared",
+            f"node {node.name} carries the taint {taint.describe()}, which class {resolved.name} does not declare: "
+            "admission counts the class as a place pods may land without tolerating it, and such pods pend",
+            f"add it to the class (taints: [{{key: {taint.key}, "
+            + (f"value: {taint.value}, " if taint.value else "") + f"effect: {taint.effect}}}]), or remove it from "
+            f"the node (kubectl taint nodes {node.name} {taint.key}:{taint.effect}-)",
+            "warning", **at)
+
+
 # --- GPU Feature Discovery labels -------------------------------------------------------------------------------
 
 
@@ -420,8 +451,8 @@ def _product(resolved: ResolvedClass, node: Node, key: str, want: str, at: Mappi
 def _shared_message(resolved: ResolvedClass, node: Node, key: str, have: str, want: str, shared: bool) -> str:
     head = f"{key} is {have} on node {node.name}, class {resolved.name} expects {want}"
     if shared:
-        return f"{head}: {resolved.mode} is not active for GPU Feature Discovery on this node"
-    return f"{head}: the GPUs are shared although the class keeps them {resolved.mode}"
+        return f"{head}: {resolved.mode_name} is not active for GPU Feature Discovery on this node"
+    return f"{head}: the GPUs are shared although the class keeps them {resolved.mode_name}"
 
 
 def same_model(a: str, b: str) -> bool:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policy import selectors
 from policy.labels import GPU_DEPLOY_PREFIX, MIG_CONFIG_STATE, MIG_STATE_SUCCESS, PAUSED_FOR_MIG_CHANGE
-from policy.model import ClusterGPUPolicy
+from policy.model import ClusterGPUPolicy, Toleration
+from policy.resolve import ResolvedClass
+from policy.workloads import Toleration as PodToleration
 
 MANAGED_BY = "gpupolicy"
 PART_OF = "gpupolicy"
@@ -206,6 +208,20 @@ def mig_client(component: str) -> tuple[Obj, dict[str, str]]:
         ]}]}}}
     app = MIG_CLIENT_APPS.get(component)
     return affinity, ({"app": app} if app else {})
+
+
+def class_tolerations(tolerations: Sequence[Toleration], node_class: ResolvedClass) -> list[Obj]:
+    """A node agent's tolerations, plus one per taint of the class's nodes they do not already tolerate: a
+    DaemonSet pod that does not tolerate its nodes' taints never runs there (the DaemonSet controller adds only
+    the node.kubernetes.io/* ones). One helper for every per-class agent: device plugin, MPS daemon, GFD, MIG
+    manager, HAMi's device plugin."""
+    found = [t.model_dump(exclude_none=True) for t in tolerations]
+    given = [PodToleration(t.key or "", t.operator, t.value or "", t.effect or "") for t in tolerations]
+    for taint in node_class.taints:
+        if not any(t.tolerates(taint.key, taint.value, taint.effect) for t in given):
+            found.append({"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
+                         if taint.value else {"key": taint.key, "operator": "Exists", "effect": taint.effect})
+    return found
 
 
 def selector_expression(requirement: selectors.Requirement) -> Obj:

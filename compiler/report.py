@@ -210,7 +210,7 @@ def _class_report(resolved: ResolvedClass, names: HamiResourceNames) -> ClassRep
         name=node_class.name,
         description=node_class.description,
         product=resolved.product,
-        mode=resolved.mode,
+        mode=resolved.mode_name,
         nodes=nodes,
         gpus_per_node=gpus,
         before=before,
@@ -275,9 +275,7 @@ def _isolation(offer: Offer) -> str:
 
 
 def _overhead(resolved: ResolvedClass) -> str:
-    if resolved.mode == "mig" and any(o.replicas > 1 for o in resolved.offers):
-        return OVERHEAD["mig+time-slicing"]
-    return OVERHEAD[resolved.mode]
+    return OVERHEAD[resolved.mode_name]
 
 
 def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
@@ -360,6 +358,14 @@ def _operator_notes(resolved: ResolvedPolicy) -> list[str]:
         notes.append(
             "The operator's MIG manager repartitions a node when nvidia.com/mig.config changes; it pauses the "
             "operator's GPU clients but never drains workloads: docs/operations.md (MIG reconfiguration)."
+        )
+    tainted = sorted({t.describe() for rc in resolved.classes for t in rc.taints})
+    if tainted:
+        # NVIDIA/gpu-operator@v26.7.0:deployments/gpu-operator/values.yaml daemonsets.tolerations: nvidia.com/gpu only.
+        notes.append(
+            f"The operator's DaemonSets tolerate only its chart's daemonsets.tolerations (by default "
+            f"nvidia.com/gpu:NoSchedule): add the classes' taints ({', '.join(tainted)}) there, or the device "
+            "plugin, GPU Feature Discovery and MIG manager never run on those nodes."
         )
     return notes
 
@@ -459,9 +465,9 @@ def picture_path(class_name: str) -> str:
 
 
 def _class_section(c: ClassReport, plugin: str) -> list[str]:
+    picture = "MIG layout" if c.mode.partition("+")[0] == "mig" else "slots before and after"  # mig+time-slicing too
     out = [f"### {c.name}" + (f": {c.description}" if c.description else ""), "",
-           f"![{c.name}: {'MIG layout' if c.mode == 'mig' else 'slots before and after'}]({picture_path(c.name)})",
-           ""]
+           f"![{c.name}: {picture}]({picture_path(c.name)})", ""]
     out.append(f"- GPU: {c.gpus_per_node} × {c.product} per node, {_count(c.nodes)} node(s)")
     out.append(f"- Before: {c.before.per_node} `{EXCLUSIVE}` per node, {_mib(c.before.memory_mib)} each")
     for s in c.after:

@@ -445,9 +445,28 @@ def check_tenants(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
         if set(tenant.classes) <= names and not _usable_classes(resolved, tenant):
             yield Diagnostic("tenant-mode-unavailable", f"tenant {tenant.name!r} may use {', '.join(tenant.allow)}, "
                              "but no node class it may use offers that", ("spec", "tenants", t, "allow"),
-                             "allow a mode one of its classes offers, or add such a class")
+                             "allow a mode one of its classes offers (time-sliced MIG, mig+time-slicing, needs both "
+                             "mig and time-slicing), or add such a class")
     yield from _tenant_overlaps(policy.spec.tenants)
     yield from _tenant_selectors_negatable(policy)
+    yield from _default_modes(resolved)
+
+
+def _default_modes(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    """admission.defaultAllow that no class satisfies admits no GPU pod outside the tenants: tenant-mode-unavailable
+    for namespaces no tenant selects. An empty defaultAllow says so on purpose and is left alone."""
+    admission = resolved.spec.admission
+    allowed = set(admission.default_allow)
+    if not admission.enabled or not allowed or any(set(o.modes) <= allowed for c in resolved.classes for o in c.offers):
+        return
+    if any(not c.offers for c in resolved.classes):
+        return  # a class that offers nothing is refused by its own finding (a layout its plugin cannot start with)
+    offered = sorted({o.mode_name for c in resolved.classes for o in c.offers})
+    yield Diagnostic("default-mode-unavailable", f"admission.defaultAllow is {', '.join(admission.default_allow)}, "
+                     f"but no node class offers that (the classes offer {', '.join(offered)}), so namespaces outside "
+                     "every tenant may use no GPU", ("spec", "admission", "defaultAllow"),
+                     "allow a mode a class offers (time-sliced MIG, mig+time-slicing, needs both mig and "
+                     "time-slicing), or write defaultAllow: [] to say that such namespaces get no GPU")
 
 
 def tenant_requirements(tenant: Tenant) -> tuple[selectors.Requirement, ...]:

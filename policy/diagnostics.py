@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, get_args, get_origin
 
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
@@ -69,6 +69,7 @@ Code = Literal[
     "reserved-class-name",
     "tenant-unknown-class",
     "tenant-mode-unavailable",
+    "default-mode-unavailable",
     "tenant-overlap",
     "tenant-selector-too-complex",
     "memory-override-on-known-model",
@@ -94,6 +95,16 @@ class Span:
         return f"{self.file}:{self.line}:{self.column}"
 
 
+class Remedy(Protocol):
+    """What a finding's fix (policy/fixes.py Fix) offers those who report it."""
+
+    def describe(self) -> str: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def under(self, prefix: Path) -> Remedy: ...
+
+
 @dataclass(frozen=True)
 class Diagnostic:
     """One finding: what was found, where, and how to fix it."""
@@ -104,6 +115,8 @@ class Diagnostic:
     hint: str = ""
     severity: Severity = "error"
     span: Span | None = None
+    fix: Remedy | None = None
+    """Admission findings: the edits the hint stands for, verified to admit the object (policy/fixes.py)."""
 
     def at(self, span: Span | None) -> Diagnostic:
         return replace(self, span=span)
@@ -236,7 +249,7 @@ def _looks_like_key(part: str) -> bool:
 def _convert(item: Any, path: Path, data: Any, root: type[BaseModel]) -> Diagnostic:
     kind = item["type"]
     ctx = item.get("ctx") or {}
-    given = _value_at(data, path)
+    given = value_at(data, path)
     where = format_path(path) or "the document"
     if kind == "extra_forbidden":
         allowed = _fields_at(root, path[:-1])
@@ -308,11 +321,14 @@ def _lower_first(text: str) -> str:
     return text[:1].lower() + text[1:]
 
 
-def _value_at(data: Any, path: Path) -> Any:
+def value_at(data: Any, path: Path) -> Any:
+    """The value at ``path`` into parsed JSON or YAML (mapping keys, list indices), or None where there is none."""
     for part in path:
-        try:
+        if isinstance(data, Mapping):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data):
             data = data[part]
-        except (KeyError, IndexError, TypeError):
+        else:
             return None
     return data
 

@@ -10,17 +10,31 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from policy import selectors
-from policy.diagnostics import Diagnostic, Severity, bounded, format_path, shorten
+from policy import remedies, selectors
+from policy.diagnostics import Diagnostic, Path, Severity, bounded, format_path, shorten
+from policy.fixes import MoveNamespace
 from policy.hami_rules import HamiAdmission
 from policy.model import RuleId
-from policy.offers import AdmissionPolicy, TenantDoc
-from policy.rules import RULES, Access, ClassView, Conflict, Facts, placement_conflict, terms_conflict
+from policy.offers import ALWAYS_ENFORCED, AdmissionPolicy, TenantDoc
+from policy.rules import (
+    RULES,
+    Access,
+    ClassView,
+    Conflict,
+    Facts,
+    placement_conflict,
+    terms_conflict,
+)
 from policy.workloads import (
     GpuRequest,
+    NodeTaint,
     Placement,
+    Toleration,
     Workload,
+    api_group,
     find_workload,
+    gpu_resources_anywhere,
+    object_name,
     placement_fields,
     read_gpu_request,
     read_placement,
@@ -32,6 +46,8 @@ MAX_WARNING_CHARS = 120  # the API server's advice for response.warnings (webhoo
 MAX_MESSAGE_CHARS = 16_000  # a denial's status.message: every finding of an honest pod fits many times over
 DEFAULT_WHO = "namespaces outside every tenant"
 _FITTING_CACHE_SIZE = 4096  # distinct request totals remembered per engine
+#: A notice, not a rule: objects that ask for GPUs where gpupolicy cannot read the pod spec (custom resources).
+NOT_CHECKED = "workload-not-checked"
 
 
 @dataclass(frozen=True)
@@ -109,7 +125,11 @@ class Engine:
         self._tenants = {t.name: _compile_tenant(t) for t in policy.tenants}
         self._tenant_access = tuple(t.access for t in self._tenants.values())
         self._default = Access(DEFAULT_WHO, frozenset(policy.default_allow), None)
-        self._severity = {rule.id: SEVERITY[policy.rules.get(rule.id, rule.default_mode)] for rule in RULES}
+        self._severity = {rule.id: "error" if rule.id in ALWAYS_ENFORCED else
+                          SEVERITY[policy.rules.get(rule.id, rule.default_mode)] for rule in RULES}
+        self._tainted = frozenset(i for i, view in enumerate(self._classes) if view.taints)
+        self._untolerated: dict[tuple[Any, ...], tuple[tuple[int, NodeTaint], ...]] = {}
+        self._context = remedies.Context(self._moves())
         # Work done once per policy rather than per review (docs/performance.md): which classes know a
         # label key, and which may carry each key=value, so a nodeSelector's conflicts are set operations
         # instead of a walk over every class; and, per distinct request, the classes that could fit it.
@@ -147,29 +167,54 @@ class Engine:
 
         ``tenants`` are the namespace's tenants as the webhook path names them: () means the default rules,
         several mean only what all of them allow. UPDATEs that change neither GPU requests nor placement are
-        allowed unchecked, so scaling or relabelling an existing object never fails. Never raises.
+        allowed unchecked, so scaling or relabelling an existing object never fails. Every finding's hint is a
+        fix verified to admit the object (policy/remedies.py), or says that none within the policy does.
+        A custom resource that asks for GPUs gets a workload-not-checked notice. Never raises.
         """
         if not isinstance(operation, str) or operation not in EVALUATED_OPERATIONS:
             return ALLOWED
         workload = find_workload(obj)
         if workload is None:
-            return ALLOWED
+            return _unchecked(obj)
         request = read_gpu_request(workload)
         if request.empty:
             return ALLOWED
         if operation == "UPDATE" and self._unchanged(workload, request, old_obj):
             return Decision(True, (), workload.subject)
-        placement = read_placement(workload)
-        conflicts = self._no_conflicts if placement.unconstrained else self._conflicts(placement)
+        found = self._assess(obj, workload, request, _tenant_names(tenants))
+        if not found.findings:
+            return Decision(True, (), workload.subject)
+        diagnostics = remedies.remedy(found, self._context, self._reassess)
+        return Decision(not any(d.severity == "error" for d in diagnostics), diagnostics, workload.subject)
+
+    def _reassess(self, obj: Mapping[str, Any], tenants: tuple[str, ...],
+                  request: GpuRequest | None = None) -> remedies.Assessment | None:
+        """What the rules find in an edited object (None if the edit left it no GPU request)."""
+        workload = find_workload(obj)
+        if request is None and workload is not None:
+            request = read_gpu_request(workload)
+        if workload is None or request is None or request.empty:
+            return None
+        return self._assess(obj, workload, request, tenants)
+
+    def _assess(self, obj: Mapping[str, Any], workload: Workload, request: GpuRequest,
+                tenants: tuple[str, ...]) -> remedies.Assessment:
+        placement = read_placement(workload, tolerations=bool(self._tainted))
+        if self._tainted:
+            placement = _with_implied_tolerations(placement, request)
+        untolerated = self._untolerated_by(placement)
         fitting, fitting_views = self._fitting_classes(request.totals)
-        candidates = fitting_views if placement.unconstrained else tuple(
-            self._classes[i] for i in fitting if conflicts[i] is None)
+        if placement.unconstrained and not untolerated:
+            conflicts, candidates = self._no_conflicts, fitting_views
+        else:
+            conflicts = self._conflicts(placement, workload.spec_path, untolerated)
+            candidates = tuple(self._classes[i] for i in fitting if conflicts[i] is None)
         facts = Facts(request, placement, self._classes, conflicts, candidates, self.access(tenants),
                       self._tenant_access, fitting_views)
         if self._hami is not None:
             facts = self._hami.narrow(facts, obj, workload)
         found = tuple(replace(d, severity=self._severity[rule.id]) for rule in RULES for d in rule.check(facts))
-        return Decision(not any(d.severity == "error" for d in found), found, workload.subject)
+        return remedies.Assessment(obj, tenants, workload, facts, found, request)
 
     def access(self, tenants: Sequence[str]) -> Access:
         """What the given tenants together allow (the default rules for none; nothing for unknown names)."""
@@ -195,17 +240,19 @@ class Engine:
             self._fitting[totals] = found
         return found
 
-    def _conflicts(self, placement: Placement) -> tuple[Conflict | None, ...]:
+    def _conflicts(self, placement: Placement, spec_path: Path,
+                   untolerated: tuple[tuple[int, NodeTaint], ...]) -> tuple[Conflict | None, ...]:
         """placement_conflict for every class, aligned with the classes (the same values, faster).
 
         A nodeSelector entry key=value excludes exactly the classes that know the key but may not carry
         the value; assigning in reverse lets each class keep its first excluding entry, as
-        placement_conflict reports it. Affinity terms, rarer and richer, are checked class by class.
+        placement_conflict reports it. Affinity terms, rarer and richer, are checked class by class, and a
+        taint the pod does not tolerate excludes what nothing else does.
         """
         conflicts: list[Conflict | None] = [None] * len(self._classes)
         for req in reversed(placement.node_selector):
             if req.operator != "In" or len(req.values) != 1:
-                return tuple(placement_conflict(placement, view) for view in self._classes)
+                return tuple(placement_conflict(placement, view, spec_path) for view in self._classes)
             excluded = (self._knows.get(req.key, frozenset()) - self._carries.get((req.key, req.values[0]),
                                                                                   frozenset())) | self._lacking(req.key)
             if excluded:
@@ -216,7 +263,37 @@ class Engine:
             for i, view in enumerate(self._classes):
                 if conflicts[i] is None:
                     conflicts[i] = terms_conflict(placement.terms, view)
+        for i, taint in untolerated:
+            if conflicts[i] is None:
+                conflicts[i] = Conflict((*spec_path, "tolerations"), "tolerations", None, taint)
         return tuple(conflicts)
+
+    def _untolerated_by(self, placement: Placement) -> tuple[tuple[int, NodeTaint], ...]:
+        """(class index, taint) for every tainted class the pod's tolerations leave out (memoised: a cluster's
+        pods carry few distinct tolerations)."""
+        if not self._tainted:
+            return ()
+        key = (placement.tolerations, placement.node_name is not None)
+        found = self._untolerated.get(key)
+        if found is None:
+            found = tuple((i, taint) for i in sorted(self._tainted)
+                          if (taint := self._classes[i].untolerated(placement.tolerations, placement.node_name))
+                          is not None)
+            if len(self._untolerated) < _FITTING_CACHE_SIZE:
+                self._untolerated[key] = found
+        return found
+
+    def _moves(self) -> tuple[tuple[MoveNamespace, Access], ...]:
+        """A namespace move per tenant whose selector some labels meet without meeting another tenant's, and one
+        to the default rules when a namespace without labels belongs to no tenant."""
+        out = []
+        for name, tenant in self._tenants.items():
+            labels = remedies.example_labels([(r.key, r.operator, tuple(r.values)) for r in tenant.selector])
+            if self.tenants_for(dict(labels)) == (name,):
+                out.append((MoveNamespace(name, labels, tenant.access.selector), tenant.access))
+        if self._tenants and self.tenants_for({}) == ():
+            out.append((MoveNamespace(None, ()), self._default))
+        return tuple(out)
 
     def _lacking(self, key: str) -> frozenset[int]:
         """Indices of the classes whose nodes surely carry no label ``key`` (memoised per key)."""
@@ -233,6 +310,35 @@ class Engine:
         if old is None or old.spec_path != new.spec_path:
             return False
         return read_gpu_request(old) == request and placement_fields(old) == placement_fields(new)
+
+
+def _with_implied_tolerations(placement: Placement, request: GpuRequest) -> Placement:
+    """The pod's tolerations plus what the ExtendedResourceToleration admission plugin adds to a pod asking for an
+    extended resource: {key: <resource>, operator: Exists, effect: NoSchedule} (kubernetes plugin/pkg/admission/
+    extendedresourcetoleration; GKE and AKS enable it, so GPU nodes tainted nvidia.com/gpu:NoSchedule take GPU pods
+    unasked). Counted as present whether the plugin runs or not: a class counted as reachable can only make the
+    tenant rule stricter."""
+    implied = tuple(Toleration(r, "Exists", "", "NoSchedule") for r in request.resources)
+    return replace(placement, tolerations=(*placement.tolerations, *implied))
+
+
+def _unchecked(obj: Any) -> Decision:
+    """Allowed: a custom resource's pods are checked when its operator creates them. One that asks for GPUs in
+    any limits or requests gets a notice saying so, so that no GPU object passes `gpupolicy admit` silently."""
+    if not isinstance(obj, Mapping) or not isinstance(obj.get("kind"), str):
+        return ALLOWED
+    resources = gpu_resources_anywhere(obj)
+    if not resources:
+        return ALLOWED
+    subject = f"{obj['kind']} {object_name(obj.get('metadata'))}"
+    notice = Diagnostic(
+        NOT_CHECKED,
+        f"{subject} ({api_group(obj) or 'core'} API group) asks for {', '.join(resources)} in a kind whose pod "
+        "templates gpupolicy does not read, so it is not checked here: its operator or controller creates the "
+        "pods, and the webhook checks each of them when it is created", ("kind",),
+        "render one of its pods (or the operator's pod template) and run `gpupolicy admit` on it, or make it a "
+        "case of an admission test suite", severity="info")
+    return Decision(True, (notice,), subject)
 
 
 def _tenant_names(tenants: Any) -> tuple[str, ...]:
@@ -281,8 +387,9 @@ class _SuiteModel(BaseModel):
 class Expectation(_SuiteModel):
     allowed: bool
     """Whether the object must be admitted (warn and audit findings do not deny)."""
-    rules: tuple[RuleId, ...] | None = None
-    """Rule ids that must fire, in any mode, and no others; omit to not check them."""
+    rules: tuple[RuleId | Literal["workload-not-checked"], ...] | None = None
+    """Rule ids that must fire, in any mode, and no others (workload-not-checked counts as one); omit to not
+    check them."""
     message: str | None = None
     """A regular expression searched in the text of every finding (messages, paths and fixes)."""
 

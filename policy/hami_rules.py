@@ -24,12 +24,14 @@ from typing import Any, Protocol
 
 from policy import hami
 from policy.diagnostics import Diagnostic, Path, did_you_mean
+from policy.fixes import Fix, RemoveField, RemoveResource, SetAmount, SetField, SetNodeSelector
 from policy.model import RuleId, RuleMode
 from policy.offers import AdmissionPolicy, HamiDoc, VgpuClassDoc
 from policy.quantity import parse_count
 from policy.workloads import Amount, ContainerRequest, GpuRequest, Workload
 
 DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults an empty schedulerName to
+HOSTNAME = "kubernetes.io/hostname"
 _MAX_LISTED = 6
 _DEFAULT_MEMORY = "spec.hami.defaultMemory, or else the whole GPU's memory"
 
@@ -242,7 +244,7 @@ class HamiAdmission:
             if amounts:
                 kept.append(ContainerRequest(container.name, container.section, container.sidecar,
                                              tuple(sorted(amounts, key=lambda a: a.resource))))
-        return GpuRequest.of(tuple(kept))
+        return GpuRequest.of(tuple(kept), request.problems)
 
 
 def _descend(obj: Any, path: Path) -> Any:
@@ -259,8 +261,12 @@ def _descend(obj: Any, path: Path) -> Any:
 def check_scheduler_bypassed(facts: FactsLike) -> tuple[Diagnostic, ...]:
     """The pod asks for HAMi's resources but HAMi's scheduler would not place it."""
     pod = facts.hami
-    if pod is None or not pod.in_reach:
-        return ()  # outside HAMi's reach the pod's tenant may not use vgpu: tenant-sharing-mode-denied says so
+    if pod is None:
+        return ()
+    if not pod.in_reach:
+        # Outside HAMi's reach the pod's tenant may not use vgpu: tenant-sharing-mode-denied says so of a pod that
+        # asks for a device. One asking only for per-vGPU resources asks for nothing a node advertises.
+        return _unreached(pod) if not facts.request.totals else ()
     doc = pod.hami
     if pod.node_name:
         return (Diagnostic(
@@ -269,7 +275,9 @@ def check_scheduler_bypassed(facts: FactsLike) -> tuple[Diagnostic, ...]:
             "it and HAMi's webhook denies it. HAMi's vGPUs are allocated by hami-scheduler at binding "
             "(HAMi's answer: \"pod has node assigned\").",
             (*pod.scheduler_path[:-1], "nodeName"),
-            f"pin the pod with nodeSelector {{kubernetes.io/hostname: {pod.node_name}}} instead"),)
+            f"pin the pod with nodeSelector {{kubernetes.io/hostname: {pod.node_name}}} instead",
+            fix=Fix((RemoveField((*pod.scheduler_path[:-1], "nodeName"), "spec.nodeName"),
+                     SetNodeSelector(pod.scheduler_path[:-1], HOSTNAME, pod.node_name)))),)
     found = [d for c in pod.containers if (d := _uncounted(doc, c)) is not None]
     if found:
         return tuple(found)
@@ -286,12 +294,31 @@ def check_scheduler_bypassed(facts: FactsLike) -> tuple[Diagnostic, ...]:
         hint = (f"check HAMi's webhook and scheduler (kubectl get mutatingwebhookconfigurations; the "
                 f"{doc.scheduler_name} pods), then create the pod again; if the manifest sets schedulerName: "
                 f"{DEFAULT_SCHEDULER}, remove it")
+        note = (f"HAMi's webhook sets it when it runs: check it (kubectl get mutatingwebhookconfigurations) and the "
+                f"{doc.scheduler_name} pods")
     else:
         message = (f"the pod names scheduler {scheduler}, so HAMi's webhook leaves it alone and HAMi never "
                    f"allocates its vGPUs. {scheduler} cannot see HAMi's per-vGPU resources: the pod would stay "
                    "Pending, or be bound to a HAMi node whose device plugin then fails it (\"no binding pod found\").")
         hint = f"remove schedulerName (HAMi's webhook sets {doc.scheduler_name}), or set it to {doc.scheduler_name}"
-    return (Diagnostic("hami-scheduler-bypassed", message, pod.scheduler_path, hint),)
+        note = f"or remove it where HAMi's webhook reaches the namespace: it sets {doc.scheduler_name}"
+    fix = Fix((SetField(pod.scheduler_path, doc.scheduler_name, "spec.schedulerName"),), note)
+    return (Diagnostic("hami-scheduler-bypassed", message, pod.scheduler_path, hint, fix=fix),)
+
+
+def _unreached(pod: HamiPod) -> tuple[Diagnostic, ...]:
+    doc = pod.hami
+    found = []
+    for container in pod.containers:
+        asked = sorted(container.in_limits & {doc.memory, doc.memory_percentage, doc.cores})
+        if asked:
+            found.append(Diagnostic(
+                "hami-scheduler-bypassed",
+                f'container "{container.name}" asks for {" and ".join(asked)} but not for {doc.count}, and HAMi\'s '
+                "webhook does not reach the namespace (only namespaces whose tenants may use vgpu), so "
+                f'{DEFAULT_SCHEDULER} gets the pod and no node advertises {asked[0]} ("Insufficient {asked[0]}").',
+                container.values[asked[0]].path, "run it in a namespace whose tenant may use vgpu"))
+    return tuple(found)
 
 
 def _uncounted(doc: HamiDoc, container: HamiContainer) -> Diagnostic | None:
@@ -303,7 +330,8 @@ def _uncounted(doc: HamiDoc, container: HamiContainer) -> Diagnostic | None:
         f'container "{container.name}" asks for {" and ".join(asked)} but not for {doc.count}, and HAMi adds no '
         f"vGPU count (defaultGPUNum is 0), so the pod would stay Pending. HAMi's webhook then leaves it to "
         f'{DEFAULT_SCHEDULER}, and no node advertises {asked[0]} ("Insufficient {asked[0]}").',
-        container.values[asked[0]].path, f"add {doc.count}: 1 to the container's limits")
+        container.values[asked[0]].path, f"add {doc.count}: 1 to the container's limits",
+        fix=Fix((SetAmount(container.path, container.name, doc.count, 1),)))
 
 
 def check_vgpu_memory(facts: FactsLike) -> tuple[Diagnostic, ...]:
@@ -335,13 +363,25 @@ def _memory_unreadable(doc: HamiDoc, container: HamiContainer, value: HamiValue)
         f'container "{container.name}" asks for {doc.memory}: {value.raw}, which HAMi reads as {value.count} MiB, '
         f"past the int32 it keeps memory in, so HAMi drops the container's vGPU request. The pod would then run "
         "without a GPU, or fail at the kubelet.",
-        value.path, _mib_hint(doc, value))
+        value.path, _mib_hint(doc, value), fix=_mib_fix(doc, container, value))
+
+
+def _mib_fix(doc: HamiDoc, container: HamiContainer, value: HamiValue) -> Fix:
+    """The MiB a suffixed value means; else no memory request (the vGPU then gets the default memory)."""
+    assert value.count is not None
+    if _suffixed(value.raw) and value.count >= 2**20:
+        return Fix((SetAmount(container.path, container.name, doc.memory, value.count // 2**20),),
+                   f"{doc.memory} counts MiB: {value.count // 2**20} is {value.raw}")
+    return Fix((RemoveResource(container.path, container.name, doc.memory),), f"the vGPU then gets {_DEFAULT_MEMORY}")
+
+
+def _suffixed(raw: Any) -> bool:
+    return isinstance(raw, str) and re.search(r"[A-Za-z]$", raw.strip()) is not None
 
 
 def _mib_hint(doc: HamiDoc, value: HamiValue) -> str:
     assert value.count is not None
-    suffixed = isinstance(value.raw, str) and re.search(r"[A-Za-z]$", value.raw.strip()) is not None
-    if suffixed and value.count >= 2**20:
+    if _suffixed(value.raw) and value.count >= 2**20:
         return f"{doc.memory} counts MiB: write {value.count // 2**20} for {value.raw}"
     return f"{doc.memory} counts MiB per vGPU: write the MiB the container needs"
 
@@ -356,14 +396,19 @@ def _memory_too_large(classes: Sequence[ClassLike], pod: HamiPod, container: Ham
     bigger = [view for view in classes if (c := pod.vgpu.get(view.name)) is not None and c.card_memory_mib >= mib]
     if bigger:
         hint += f", or pin the pod to class {bigger[0].name} with {bigger[0].pin()}"
-    if isinstance(value.raw, str) and re.search(r"[A-Za-z]$", value.raw.strip()):
+    fix = Fix((SetAmount(container.path, container.name, doc.memory, largest // doc.memory_factor),))
+    if _suffixed(value.raw):
         hint = f"{_mib_hint(doc, value)}; {hint}"
+        meant = value.count // 2**20 if value.count and value.count >= 2**20 else 0
+        fix = Fix((SetAmount(container.path, container.name, doc.memory, meant),),
+                  f"{doc.memory} counts MiB: {meant} is {value.raw}") if 0 < meant * doc.memory_factor <= largest \
+            else replace(fix, note=f"{doc.memory} counts MiB")
     return Diagnostic(
         "vgpu-memory-unsatisfiable",
         f'container "{container.name}" asks for {mib} MiB per vGPU ({doc.memory}: {value.raw}{factor}), more than '
         f"any GPU it may land on registers, so it would stay Pending. Per class: {per}. Its scheduling events "
         'would read "CardInsufficientMemory".',
-        value.path, hint)
+        value.path, hint, fix=fix)
 
 
 def check_vgpu_count(facts: FactsLike) -> tuple[Diagnostic, ...]:
@@ -390,7 +435,9 @@ def check_vgpu_count(facts: FactsLike) -> tuple[Diagnostic, ...]:
             f'class: {per}. Its scheduling events would read "AllocatedCardsInsufficientRequest".',
             value.path,
             f"ask for at most {most} ({doc.count}: {most}); for more memory or SMs on one GPU raise {doc.memory} "
-            f"or {doc.cores} instead"))
+            f"or {doc.cores} instead",
+            fix=Fix((SetAmount(container.path, container.name, doc.count, most),),
+                    f"for more memory or SMs on one GPU raise {doc.memory} or {doc.cores} instead")))
     return tuple(found)
 
 
@@ -405,35 +452,46 @@ def check_out_of_range(facts: FactsLike) -> tuple[Diagnostic, ...]:
 def _ranges(doc: HamiDoc, container: HamiContainer) -> list[Diagnostic]:
     found = []
     name = f'container "{container.name}"'
+
+    def set_to(resource: str, count: int) -> Fix:
+        return Fix((SetAmount(container.path, container.name, resource, count),))
+
+    def drop(resource: str) -> Fix:
+        return Fix((RemoveResource(container.path, container.name, resource),))
+
     percent, memory = container.values.get(doc.memory_percentage), container.values.get(doc.memory)
     if percent is not None and percent.count is not None:
         if percent.count > hami.MAX_PERCENT:
             found.append(Diagnostic("hami-resource-out-of-range", f"{name} asks for {doc.memory_percentage}: "
                                     f"{percent.raw}, outside 0 to 100, and HAMi's webhook answers such a pod with an "
                                     "internal error (HTTP 500) instead of a reason.", percent.path,
-                                    "give the percent of the GPU's memory the vGPU needs, 1 to 100"))
+                                    "give the percent of the GPU's memory the vGPU needs, 1 to 100",
+                                    fix=set_to(doc.memory_percentage, hami.MAX_PERCENT)))
         elif percent.count == 0 and memory is None:
             found.append(Diagnostic("hami-resource-out-of-range", f"{name} asks for {doc.memory_percentage}: 0, "
                                     f"which HAMi reads as no percentage, so the vGPU gets {_DEFAULT_MEMORY}.",
-                                    percent.path, "give the percent the vGPU needs (1 to 100), or remove it"))
+                                    percent.path, "give the percent the vGPU needs (1 to 100), or remove it",
+                                    fix=drop(doc.memory_percentage)))
         if memory is not None and memory.count:
             found.append(Diagnostic("hami-resource-out-of-range", f"{name} gives both {doc.memory} and "
                                     f"{doc.memory_percentage}, and HAMi silently uses {doc.memory} alone.",
-                                    percent.path, f"keep one of {doc.memory} and {doc.memory_percentage}"))
+                                    percent.path, f"keep one of {doc.memory} and {doc.memory_percentage}",
+                                    fix=drop(doc.memory_percentage)))
     if memory is not None and memory.count == 0 and percent is None:
         found.append(Diagnostic("hami-resource-out-of-range", f"{name} asks for {doc.memory}: 0, which HAMi reads "
                                 f"as no memory request, so the vGPU gets {_DEFAULT_MEMORY}.", memory.path,
-                                "give the MiB the vGPU needs, or remove it"))
+                                "give the MiB the vGPU needs, or remove it", fix=drop(doc.memory)))
     cores = container.values.get(doc.cores)
     if cores is not None and cores.count is not None and cores.count > hami.MAX_PERCENT:
         found.append(Diagnostic("hami-resource-out-of-range", f"{name} asks for {doc.cores}: {cores.raw}, and HAMi "
                                 "clamps it to 100: every SM of the GPU, which no other vGPU may then use.",
-                                cores.path, "give the percent of one GPU's SMs the vGPU needs, 0 to 100"))
+                                cores.path, "give the percent of one GPU's SMs the vGPU needs, 0 to 100",
+                                fix=set_to(doc.cores, hami.MAX_PERCENT)))
     priority = container.values.get(doc.priority)
     if priority is not None and priority.count not in (0, 1):
         found.append(Diagnostic("hami-resource-out-of-range", f"{name} asks for {doc.priority}: {priority.raw}; "
                                 "HAMi passes it to HAMi-core unchecked, which knows only 0 (high) and 1 (low).",
-                                priority.path, f"use {doc.priority}: 0 or 1"))
+                                priority.path, f"use {doc.priority}: 0 or 1", fix=set_to(doc.priority, 1)))
     return found
 
 
@@ -448,7 +506,10 @@ def check_privileged(facts: FactsLike) -> tuple[Diagnostic, ...]:
         f'("container {c.name} is privileged"). A privileged container sees every GPU of the node, past '
         "HAMi-core's limits.",
         (*c.path, "securityContext", "privileged"),
-        "drop securityContext.privileged and add only the capabilities the container needs")
+        "drop securityContext.privileged and add only the capabilities the container needs",
+        fix=Fix((RemoveField((*c.path, "securityContext", "privileged"),
+                             f'securityContext.privileged of container "{c.name}"'),),
+                "add only the capabilities the container needs"))
         for c in pod.containers if c.privileged)
 
 
@@ -472,7 +533,9 @@ def _mode_findings(pod: HamiPod) -> list[Diagnostic]:
         f"annotation {hami.VGPU_MODE}: {mode} excludes every GPU of the vgpu classes, so the pod would stay Pending. "
         f"gpupolicy's vgpu classes register their GPUs in {hami.HAMI_CORE} mode, and HAMi gives a pod only GPUs "
         'whose mode its annotation contains ("CardTypeMismatch").',
-        (*pod.annotations_path, hami.VGPU_MODE), f"remove the annotation, or set it to {hami.HAMI_CORE}")]
+        (*pod.annotations_path, hami.VGPU_MODE), f"remove the annotation, or set it to {hami.HAMI_CORE}",
+        fix=Fix((SetField((*pod.annotations_path, hami.VGPU_MODE), hami.HAMI_CORE, f"annotation {hami.VGPU_MODE}"),),
+                "or remove it"))]
 
 
 def _policy_findings(pod: HamiPod) -> list[Diagnostic]:
@@ -484,11 +547,15 @@ def _policy_findings(pod: HamiPod) -> list[Diagnostic]:
         if value is None or not unknown:
             continue
         near = did_you_mean(unknown[0], known)
+        kept = [w if w in known else next(iter(did_you_mean(w, known)), "") for w in hami.words(value)]
+        path = (*pod.annotations_path, key)
+        fix = Fix((SetField(path, ",".join(dict.fromkeys(w for w in kept if w)), f"annotation {key}"),)) \
+            if any(kept) else Fix((RemoveField(path, f"annotation {key}"),))
         found.append(Diagnostic(
             "hami-annotation-invalid",
             f"annotation {key}: {value} names {', '.join(unknown)}, which HAMi does not know and silently reads as "
             f"{fallback}.", (*pod.annotations_path, key),
-            (f"did you mean {near[0]}? " if near else "") + f"use {', '.join(known)}"))
+            (f"did you mean {near[0]}? " if near else "") + f"use {', '.join(known)}", fix=fix))
     return found
 
 
@@ -505,7 +572,9 @@ def _type_findings(pod: HamiPod, candidates: Sequence[ClassLike]) -> list[Diagno
         f'Pending. HAMi matches GPU types by case-insensitive substring. Per class: {types} ("CardTypeMismatch").',
         (*pod.annotations_path, key),
         f"name a type one of them has (e.g. {pairs[0][1].gpu_type.removeprefix('NVIDIA-')}), or remove the "
-        "annotation")]
+        "annotation",
+        fix=Fix((RemoveField((*pod.annotations_path, key), f"annotation {key}"),),
+                f"or name a type one of them has, e.g. {pairs[0][1].gpu_type.removeprefix('NVIDIA-')}"))]
 
 
 #: (rule id, default mode, summary, check) of every HAMi rule, registered in policy.rules.RULES.

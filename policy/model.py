@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -20,6 +21,7 @@ from pydantic.alias_generators import to_camel, to_snake
 from pydantic_core import PydanticCustomError
 
 from policy import hami, selectors, sizing
+from policy.workloads import NodeTaint
 
 API_VERSION = "gpupolicy.dev/v1alpha1"
 KIND = "ClusterGPUPolicy"
@@ -44,6 +46,30 @@ DeviceListStrategy = Literal["envvar", "volume-mounts", "cdi-annotations", "cdi-
 # The plugin decodes replicas into a Go int (int64) and checks only replicas >= 2 (k8s-device-plugin
 # api/config/v1/replicas.go, every release); a larger number fails to decode.
 MAX_REPLICAS = 2**63 - 1
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_QUALIFIED_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+
+def _qualified_name(value: str) -> str:
+    """apimachinery IsQualifiedName, as taint keys are validated (ValidateLabelName): an optional DNS-subdomain
+    prefix of at most 253 characters and '/', then a name of at most 63 alphanumerics, '-', '_' or '.'."""
+    prefix, slash, name = value.rpartition("/")
+    problem = None
+    if slash and not (prefix and len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix)):
+        problem = f"the prefix {prefix!r} must be a DNS subdomain (lowercase, at most 253 characters)"
+    elif not name or len(name) > 63 or not _QUALIFIED_NAME_PART.match(name):
+        problem = (f"the name {name!r} must be 1 to 63 characters, alphanumeric at both ends, with only '-', '_' and "
+                   "'.' between")
+    if problem:
+        raise PydanticCustomError("invalid-value", "{value} is not a qualified name: {problem}",
+                                  {"value": repr(value), "problem": problem,
+                                   "hint": "write a key such as dedicated or nvidia.com/gpu"})
+    return value
+
+
+QualifiedName = Annotated[str, AfterValidator(_qualified_name),
+                          Field(description="A qualified name: [DNS-subdomain prefix/]name, e.g. nvidia.com/gpu.")]
 MigProfileName = Annotated[
     str,
     StringConstraints(pattern=r"^(\d+c\.)?\d+g\.\d+gb([+-][a-z][a-z0-9]*(\.[a-z0-9]+)*(,[a-z][a-z0-9]*(\.[a-z0-9]+)*)*)?$"),
@@ -511,6 +537,34 @@ class Sharing(Model):
         return "exclusive"
 
 
+class Taint(Model):
+    """A taint every node of the class carries (kubectl taint nodes ... key=value:effect)."""
+
+    key: QualifiedName
+    """Taint key, e.g. dedicated or nvidia.com/gpu."""
+    value: LabelValue = ""
+    """Taint value; may be empty."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    """NoSchedule and NoExecute keep pods that do not tolerate the taint off the nodes; PreferNoSchedule only
+    discourages the scheduler, so admission does not count it."""
+
+    def describe(self) -> str:
+        """``dedicated=train:NoSchedule``, as kubectl writes a taint."""
+        return NodeTaint(self.key, self.value, self.effect).describe()
+
+
+def _unique_taints(taints: tuple[Taint, ...]) -> tuple[Taint, ...]:
+    seen: set[tuple[str, str]] = set()
+    for taint in taints:
+        if (taint.key, taint.effect) in seen:
+            # pkg/apis/core/validation validateNodeTaints refuses the node otherwise.
+            raise PydanticCustomError("invalid-value", "taints must be unique by key and effect pair (got {taint} "
+                                      "twice)", {"taint": f"{taint.key}:{taint.effect}",
+                                                 "hint": "keep one taint per key and effect"})
+        seen.add((taint.key, taint.effect))
+    return taints
+
+
 class NodeClass(Model):
     name: DnsLabel
     """Class name; it names the device-plugin config key and the DaemonSet."""
@@ -524,6 +578,9 @@ class NodeClass(Model):
     """How the class's GPUs are shared; exclusive when left out."""
     description: str = ""
     """Free text shown in the capacity report."""
+    taints: Annotated[tuple[Taint, ...], AfterValidator(_unique_taints)] = ()
+    """Taints the class's nodes carry. Admission counts the class as a place a pod may land only if the pod
+    tolerates every NoSchedule and NoExecute taint of it; the class's device-plugin pods tolerate them."""
 
     @property
     def mig_strategy(self) -> Literal["none", "single", "mixed"]:
@@ -566,6 +623,7 @@ class Tenant(Model):
 
 
 RuleId = Literal[
+    "gpu-request-invalid",
     "gpu-request-unsatisfiable",
     "shared-gpu-request-above-one",
     "tenant-sharing-mode-denied",

@@ -10,8 +10,8 @@ from policy.hami_scope import hami_scope
 from policy.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, SharingMode
 from policy.resolve import GPU, Isolation, ResolvedClass, ResolvedPolicy, resolve
 
-__all__ = ["ADMISSION_POLICY_VERSION", "ALL_RULES", "GPU", "AdmissionPolicy", "ClassDoc", "HamiDoc", "OfferDoc",
-           "TenantDoc", "VgpuClassDoc", "build_admission_policy"]
+__all__ = ["ADMISSION_POLICY_VERSION", "ALL_RULES", "ALWAYS_ENFORCED", "GPU", "AdmissionPolicy", "ClassDoc",
+           "HamiDoc", "OfferDoc", "TaintDoc", "TenantDoc", "VgpuClassDoc", "build_admission_policy"]
 
 ADMISSION_POLICY_VERSION = "gpupolicy.dev/admission/v1"
 
@@ -38,6 +38,12 @@ class OfferDoc(_Doc):
     fail_requests_greater_than_one: bool = True
 
 
+class TaintDoc(_Doc):
+    key: str
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
 class ClassDoc(_Doc):
     name: str
     node_selector: dict[str, str]
@@ -49,6 +55,8 @@ class ClassDoc(_Doc):
     offers: tuple[OfferDoc, ...]
     feature_discovery: bool = True
     """False when GPU Feature Discovery does not label the nodes: nvidia.com/gpu.* labels are then absent."""
+    taints: tuple[TaintDoc, ...] = ()
+    """Taints of the class's nodes: pods that do not tolerate its NoSchedule and NoExecute ones never land there."""
 
 
 class SelectorRequirementDoc(_Doc):
@@ -122,6 +130,9 @@ class AdmissionPolicy(_Doc):
 
 
 ALL_RULES: tuple[RuleId, ...] = get_args(RuleId)
+#: Rules no mode lowers: the API server refuses such objects whatever the webhook says, so `gpupolicy admit` in
+#: CI must refuse them too, and an amount the engine cannot read never passes.
+ALWAYS_ENFORCED: frozenset[RuleId] = frozenset({"gpu-request-invalid"})
 
 
 def build_admission_policy(policy: ClusterGPUPolicy | ResolvedPolicy) -> AdmissionPolicy:
@@ -143,7 +154,8 @@ def build_admission_policy(policy: ClusterGPUPolicy | ResolvedPolicy) -> Admissi
         )
         for t in spec.tenants
     )
-    rules = {rule: spec.admission.rules.get(rule, spec.admission.enforcement) for rule in ALL_RULES}
+    rules = {rule: "enforce" if rule in ALWAYS_ENFORCED else spec.admission.rules.get(rule, spec.admission.enforcement)
+             for rule in ALL_RULES}
     return AdmissionPolicy(
         cluster=resolved.name,
         classes=classes,
@@ -172,5 +184,6 @@ def _hami_doc(resolved: ResolvedPolicy) -> HamiDoc | None:
 def _class_doc(resolved: ResolvedClass) -> ClassDoc:
     # The documents carry the resolved values field for field (properties such as per_node included).
     offer_docs = tuple(OfferDoc(**{name: getattr(o, name) for name in OfferDoc.model_fields}) for o in resolved.offers)
-    fields = {name: getattr(resolved, name) for name in ClassDoc.model_fields if name != "offers"}
-    return ClassDoc(**fields, offers=offer_docs)
+    fields = {name: getattr(resolved, name) for name in ClassDoc.model_fields if name not in ("offers", "taints")}
+    taints = tuple(TaintDoc(**t.model_dump()) for t in resolved.taints)
+    return ClassDoc(**fields, offers=offer_docs, taints=taints)

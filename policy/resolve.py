@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from policy import catalog, hami, labels, operator, releases, sizing
-from policy.model import ClusterGPUPolicy, DevicePlugin, NodeClass, SharingMode, Spec, Tenant
+from policy.model import ClusterGPUPolicy, DevicePlugin, NodeClass, SharingMode, Spec, Taint, Tenant
 from policy.releases import GPU, MIG_PREFIX, Advertised
 
 Isolation = Literal["exclusive", "none", "mps-memory-limit", "mig-hardware", "hami-core"]
@@ -54,9 +54,26 @@ class Offer:
         return self.isolation in ("exclusive", "mps-memory-limit", "hami-core") or (
             self.isolation == "mig-hardware" and self.replicas == 1)
 
+    @property
+    def mode_name(self) -> str:
+        return mode_name(self.modes)
+
     def describe(self) -> str:
         """``1 GPU x 8 time-slicing replicas``: the offer per node, in words."""
         return describe_offer(self.devices_per_node, self.replicas, self.modes, self.mig_profile)
+
+
+def mode_name(modes: Iterable[str]) -> str:
+    """The one name of a sharing mode everywhere (explain, reports, denials, docs): ``exclusive``,
+    ``time-slicing``, ``mps``, ``mig``, and ``mig+time-slicing`` for time-sliced MIG instances, which a tenant
+    may use only when it allows both mig and time-slicing."""
+    return "+".join(dict.fromkeys(modes))
+
+
+def class_mode_name(mode: str, offer_modes: Iterable[tuple[str, ...]]) -> str:
+    """A class's mode as every output names it: ``mig+time-slicing`` when some of its MIG instances are
+    time-sliced, else its spec's mode (whole GPUs a MIG class leaves out of its groups do not rename it)."""
+    return "mig+time-slicing" if mode == "mig" and any("time-slicing" in m for m in offer_modes) else mode
 
 
 def describe_offer(devices_per_node: int, replicas: int, modes: tuple[str, ...], mig_profile: str | None) -> str:
@@ -156,6 +173,15 @@ class ResolvedClass:
     @property
     def mode(self) -> SharingMode:
         return self.spec.sharing.mode
+
+    @property
+    def mode_name(self) -> str:
+        """The class's mode as every output names it (class_mode_name)."""
+        return class_mode_name(self.mode, (o.modes for o in self.offers))
+
+    @property
+    def taints(self) -> tuple[Taint, ...]:
+        return self.spec.taints
 
     @property
     def mig_strategy(self) -> Literal["none", "single", "mixed"]:

@@ -2,7 +2,8 @@
 
 Every rule returns diagnostics whose ``code`` is its id and whose ``path`` points into the admitted
 object; the engine sets their severity from the rule's mode. A message opens with one summary sentence
-(no ". " inside it: the engine cuts warnings there), then gives details; the hint is the fix.
+(no ". " inside it: the engine cuts warnings there), then gives details. Rules say what is wrong; the fix
+is the engine's: it tries the edits policy/remedies.py proposes and keeps one that, applied, admits the pod.
 """
 
 from __future__ import annotations
@@ -12,18 +13,30 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from policy import catalog, hami_rules
-from policy.diagnostics import Diagnostic, Path, did_you_mean
+from policy import hami_rules
+from policy.diagnostics import Diagnostic, Path, format_path
 from policy.hami import DEFAULT_ATTRIBUTES
 from policy.labels import GFD_PREFIXES
 from policy.model import RuleId, RuleMode
 from policy.offers import ClassDoc, OfferDoc
-from policy.resolve import GPU, MIG_PREFIX, describe_offer
-from policy.workloads import AffinityTerm, GpuRequest, NodeRequirement, Placement
+from policy.resolve import GPU, MIG_PREFIX, class_mode_name, describe_offer, mode_name
+from policy.workloads import (
+    AffinityTerm,
+    GpuRequest,
+    NodeRequirement,
+    NodeTaint,
+    Placement,
+    RequestProblem,
+    Toleration,
+)
 
 # HAMi's resource names (webhook.md §3.3): its scheduler extender serves them, the NVIDIA plugin never does.
 HAMI_RESOURCES = DEFAULT_ATTRIBUTES
 _MAX_LISTED = 6  # classes named in one message; a 30-class fleet would drown the reader
+#: Taint effects that keep a pod off a node: the scheduler's TaintToleration filter reads NoSchedule and
+#: NoExecute (PreferNoSchedule only scores); the kubelet, for a pod that names its node, reads NoExecute only.
+SCHEDULING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+KUBELET_EFFECTS = frozenset({"NoExecute"})
 
 
 # --- the compiled policy, as the rules read it -----------------------------------------------------------------
@@ -48,6 +61,10 @@ class OfferView:
         return cls(doc.resource, doc.per_node, doc.devices_per_node, doc.replicas, doc.shared,
                    doc.fail_requests_greater_than_one, tuple(doc.modes), doc.mig_profile)
 
+    @property
+    def mode_name(self) -> str:
+        return mode_name(self.modes)
+
     def explain(self) -> str:
         """``1 GPU x 8 time-slicing replicas per node``."""
         return describe_offer(self.devices_per_node, self.replicas, self.modes, self.mig_profile) + " per node"
@@ -69,14 +86,19 @@ class ClassView:
     offers: Mapping[str, OfferView]
     absent_prefixes: tuple[str, ...] = ()
     """Label prefixes no node of the class carries beyond ``known`` (GFD's, where GFD does not run)."""
+    taints: tuple[NodeTaint, ...] = ()
+    """The NoSchedule and NoExecute taints of the class's nodes (PreferNoSchedule keeps no pod away)."""
 
     @classmethod
     def from_doc(cls, doc: ClassDoc) -> ClassView:
         known = {**doc.node_labels, **doc.node_selector}
         labels = {key: _possible_values(key, value) for key, value in known.items()}
         absent = () if doc.feature_discovery else GFD_PREFIXES
-        return cls(doc.name, doc.product, doc.mode, doc.mig_strategy, tuple(sorted(doc.node_selector.items())),
-                   known, labels, {o.resource: OfferView.from_doc(o) for o in doc.offers}, absent)
+        offers = {o.resource: OfferView.from_doc(o) for o in doc.offers}
+        name = class_mode_name(doc.mode, (o.modes for o in offers.values()))
+        taints = tuple(NodeTaint(t.key, t.value, t.effect) for t in doc.taints if t.effect in SCHEDULING_EFFECTS)
+        return cls(doc.name, doc.product, name, doc.mig_strategy, tuple(sorted(doc.node_selector.items())),
+                   known, labels, offers, absent, taints)
 
     def lacks(self, key: str) -> bool:
         """Whether no node of the class carries the label at all."""
@@ -89,6 +111,11 @@ class ClassView:
             if offer is None or offer.per_node < count:
                 return False
         return True
+
+    def untolerated(self, tolerations: Sequence[Toleration], node_name: str | None = None) -> NodeTaint | None:
+        """The first taint of the class that keeps the pod off its nodes, or None."""
+        effects = KUBELET_EFFECTS if node_name else SCHEDULING_EFFECTS
+        return next((t for t in self.taints if t.effect in effects and not t.tolerated_by(tolerations)), None)
 
     def pin(self) -> str:
         """The nodeSelector that sends a pod to this class: ``nodeSelector {node-pool: h100-train}``."""
@@ -134,23 +161,27 @@ class Access:
         return True
 
     def describe(self) -> str:
-        modes = _join(sorted(self.modes), "and") if self.modes else "no sharing mode"
-        on = f" on class {_join(sorted(self.classes), 'or')}" if self.classes else ""
+        modes = join(sorted(self.modes), "and") if self.modes else "no sharing mode"
+        on = f" on class {join(sorted(self.classes), 'or')}" if self.classes else ""
         return f"{modes}{on}"
 
 
-# --- placement: can a class's nodes satisfy the pod's nodeSelector and required affinity? ---------------------
+# --- placement: can a class's nodes satisfy the pod's nodeSelector, required affinity and tolerations? --------
 
 @dataclass(frozen=True)
 class Conflict:
-    """Why a pod's placement excludes a class: the requirement (or empty term) no node of the class meets."""
+    """Why a pod's placement excludes a class: the requirement (or empty term) no node of the class meets, or
+    a taint of its nodes the pod does not tolerate."""
 
     path: Path
     field: str
-    """``nodeSelector`` or ``required node affinity``."""
+    """``nodeSelector``, ``required node affinity`` or ``tolerations``."""
     requirement: NodeRequirement | None
+    taint: NodeTaint | None = None
 
     def explain(self, view: ClassView) -> str:
+        if self.taint is not None:
+            return f"its nodes carry the taint {self.taint.describe()}, which the pod does not tolerate"
         if self.requirement is None:
             return f"its {self.field} has an empty term, which matches no node"
         key = self.requirement.key
@@ -161,12 +192,19 @@ class Conflict:
         return f"{self.field} {self.requirement.describe()} excludes it (its nodes carry {have})"
 
 
-def placement_conflict(placement: Placement, view: ClassView) -> Conflict | None:
-    """The first reason the pod cannot land on the class, or None; a label the class does not know never excludes."""
+def placement_conflict(placement: Placement, view: ClassView, spec_path: Path = ()) -> Conflict | None:
+    """The first reason the pod cannot land on the class, or None; a label the class does not know never excludes.
+
+    ``spec_path`` locates a taint conflict at the pod spec's tolerations."""
     for req in placement.node_selector:
-        if _excludes(req, view):
+        if excludes(req, view):
             return Conflict(req.path, "nodeSelector", req)
-    return terms_conflict(placement.terms, view)
+    return terms_conflict(placement.terms, view) or taint_conflict(placement, view, spec_path)
+
+
+def taint_conflict(placement: Placement, view: ClassView, spec_path: Path = ()) -> Conflict | None:
+    taint = view.untolerated(placement.tolerations, placement.node_name) if view.taints else None
+    return Conflict((*spec_path, "tolerations"), "tolerations", None, taint) if taint is not None else None
 
 
 def terms_conflict(terms: Sequence[AffinityTerm], view: ClassView) -> Conflict | None:
@@ -186,16 +224,18 @@ def _term_conflict(term: AffinityTerm, view: ClassView) -> Conflict | None:
     if term.matches_nothing:
         return Conflict(term.path, "required node affinity", None)
     for req in term.requirements:
-        if _excludes(req, view):
+        if excludes(req, view):
             return Conflict(req.path, "required node affinity", req)
     return None
 
 
-def _excludes(req: NodeRequirement, view: ClassView) -> bool:
+def excludes(req: NodeRequirement, view: ClassView) -> bool:
+    """Whether no node of the class can meet the requirement."""
     values = view.labels.get(req.key)
     if values is None:  # unknown labels never exclude, unless the class surely lacks them
         return view.lacks(req.key) and req.operator in ("In", "Exists", "Gt", "Lt")
     return not any(_satisfies(req, value) for value in values)
+
 
 
 def _satisfies(req: NodeRequirement, value: str) -> bool:
@@ -216,7 +256,7 @@ def _satisfies(req: NodeRequirement, value: str) -> bool:
 
 
 def _integer(text: str) -> int | None:
-    return int(text) if re.fullmatch(r"[+-]?\d{1,18}", text) else None
+    return int(text) if re.fullmatch(r"[+-]?\d{1,18}", text, re.ASCII) else None
 
 
 # --- the facts of one evaluation --------------------------------------------------------------------------------
@@ -232,7 +272,7 @@ class Facts:
     conflicts: tuple[Conflict | None, ...]
     """Aligned with ``classes``: why the placement excludes each class, or None."""
     candidates: tuple[ClassView, ...]
-    """Classes the scheduler may pick: placement allows them and one node offers the whole request."""
+    """Classes the pod may land on: placement allows them and one node offers the whole request."""
     access: Access
     tenants: tuple[Access, ...] = ()
     """What each tenant of the policy allows, to suggest one that may run the pod."""
@@ -257,17 +297,18 @@ class Facts:
             position = self.classes.index(view)
         return self.conflicts[position]
 
+    def landing(self, resource: str) -> tuple[ClassView, ...]:
+        """Where the pod may land as far as ``resource`` goes: the candidates or, when no class can run the
+        whole request (another rule says why), every placeable class offering the resource, so that the
+        other violations are reported at once too, not after the first is fixed."""
+        if self.candidates:
+            return self.candidates
+        return tuple(c for c in self.placeable if resource in c.offers)
+
     @functools.cached_property
     def no_candidate(self) -> tuple[Diagnostic, ...]:
         """Why no class can run the pod (empty if one can); two rules read it, so it is worked out once."""
         return _no_candidate(self)
-
-    def first_alternative(self, acceptable: Callable[[ClassView], bool]) -> ClassView | None:
-        """The first of ``alternatives``, without looking further (hints name one class)."""
-        resources = self.request.resources
-        fitting = self.fitting if self.fitting is not None else \
-            (c for c in self.classes if c.fits(self.request.totals))
-        return next((c for c in fitting if self.access.allows(c, resources) and acceptable(c)), None)
 
 
 RuleCheck = Callable[[Facts], tuple[Diagnostic, ...]]
@@ -279,6 +320,65 @@ class Rule:
     default_mode: RuleMode
     summary: str
     check: RuleCheck
+
+
+# --- where the pod may run, in words ------------------------------------------------------------------------------
+
+
+def _may_land(facts: Facts, classes: str) -> str:
+    """``the scheduler may place the pod on class a or b``; a pod naming its node bypasses the scheduler."""
+    node = facts.placement.node_name
+    if node:
+        return (f"the pod names node {node} (spec.nodeName bypasses the scheduler), and that node may be of "
+                f"class {classes} as far as gpupolicy can tell")
+    return f"the scheduler may place the pod on class {classes}"
+
+
+def _stays(facts: Facts) -> str:
+    node = facts.placement.node_name
+    return f"so the kubelet of node {node} would refuse it" if node else "so it would stay Pending"
+
+
+def _pending(facts: Facts, resource: str) -> str:
+    node = facts.placement.node_name
+    if node:
+        return f" The pod would fail with reason OutOf{resource}."
+    return f' Its scheduling events would read "Insufficient {resource}".'
+
+
+# --- gpu-request-invalid ------------------------------------------------------------------------------------------
+
+
+def check_request_valid(facts: Facts) -> tuple[Diagnostic, ...]:
+    """An nvidia.com/ amount the API server refuses: not a quantity, not a whole number, no limit, or a
+    request other than the limit."""
+    return tuple(_invalid(p) for p in facts.request.problems)
+
+
+def _invalid(problem: RequestProblem) -> Diagnostic:
+    where = f'container "{problem.container}"'
+    given = _shown(problem.given)
+    api_path = format_path(problem.path).replace('["', "[").replace('"]', "]")
+    if problem.kind == "limit-missing":
+        what = f"{where} requests {problem.resource}: {given} without a limit"
+        said = f"{api_path.rsplit('[', 1)[0].removesuffix('.requests')}.limits: Required value: {problem.reason}"
+    else:
+        what = f"{where} asks for {problem.resource}: {given} in {problem.field}"
+        said = f"{api_path}: Invalid value: {given}: {problem.reason}"
+    return Diagnostic(
+        "gpu-request-invalid",
+        f"{what}, which the API server refuses ({problem.reason}). Extended resources such as {problem.resource} "
+        "are whole devices: the API server accepts only non-negative integers, set as a limit, with a request, "
+        f"if any, equal to it; it would answer \"{said}\" and never create the object.",
+        problem.path)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return str(value) if isinstance(value, int | float) else repr(value)[:40]
 
 
 # --- no candidate: gpu-request-unsatisfiable and mig-strategy-mismatch ------------------------------------------
@@ -295,7 +395,7 @@ def check_mig_strategy_mismatch(facts: Facts) -> tuple[Diagnostic, ...]:
 
 
 def _no_candidate(facts: Facts) -> tuple[Diagnostic, ...]:
-    if facts.candidates:
+    if facts.candidates or not facts.request.totals:
         return ()
     placeable = facts.placeable
     found = []
@@ -309,35 +409,25 @@ def _resource_problem(facts: Facts, resource: str, count: int, placeable: Sequen
     too_few = [c for c in placeable if resource in c.offers]
     if too_few:
         return _too_many(facts, resource, count, too_few)
+    elsewhere = [c for c in facts.classes if c.fits(((resource, count),))]
+    # A class only its taints keep the pod from is the answer, before any MIG naming the pod may have missed:
+    # the pod asked for what that class offers, and did not say to avoid it.
+    tainted = [c for c in elsewhere if facts.conflict_of(c).taint is not None]  # type: ignore[union-attr]
+    if tainted and len(tainted) == len(elsewhere):
+        return _excluded_by_placement(facts, resource, count, elsewhere)
     if _is_mig_mismatch(resource, placeable):
         return _mig_mismatch(facts, resource, count, placeable)
-    elsewhere = [c for c in facts.classes if c.fits(((resource, count),))]
     if elsewhere:
         return _excluded_by_placement(facts, resource, count, elsewhere)
     return _not_offered(facts, resource, count)
 
 
-def _pending(resource: str) -> str:
-    return f' Its scheduling events would read "Insufficient {resource}".'
-
-
 def _too_many(facts: Facts, resource: str, count: int, too_few: Sequence[ClassView]) -> Diagnostic:
-    best = max(too_few, key=lambda c: c.offers[resource].per_node)
-    offer = best.offers[resource]
-    if all(c.offers[resource].shared for c in too_few):
-        hint = (f"request {resource}: 1: class {best.name} shares its devices ({offer.explain()}), and more "
-                "shared replicas add no compute")
-    else:
-        hint = (f"request at most {offer.per_node} {resource} per pod (class {best.name}: {offer.explain()}), "
-                "or split the work across pods")
-    elsewhere = [c for c in facts.classes if c not in too_few and c.fits(((resource, count),))]
-    if elsewhere:
-        hint += f", or pin the pod to class {elsewhere[0].name} with {elsewhere[0].pin()}"
     return Diagnostic(
         "gpu-request-unsatisfiable",
-        f"the pod requests {count} {resource}, more than any node it may run on offers, so it would stay Pending."
-        f" Per class: {_per_class(facts, resource, count)}.{_pending(resource)}",
-        facts.request.first_path(resource), hint)
+        f"the pod requests {count} {resource}, more than any node it may run on offers, {_stays(facts)}."
+        f" Per class: {_per_class(facts, resource, count)}.{_pending(facts, resource)}",
+        facts.request.first_path(resource))
 
 
 def _is_mig_mismatch(resource: str, placeable: Sequence[ClassView]) -> bool:
@@ -350,116 +440,69 @@ def _is_mig_mismatch(resource: str, placeable: Sequence[ClassView]) -> bool:
 def _mig_mismatch(facts: Facts, resource: str, count: int, placeable: Sequence[ClassView]) -> Diagnostic:
     path = facts.request.first_path(resource)
     if resource == GPU:
-        mixed = [c for c in placeable if c.mig_strategy == "mixed"]
-        offered = sorted({r for c in mixed for r in c.offers if r.startswith(MIG_PREFIX)})
         return Diagnostic(
             "mig-strategy-mismatch",
             f"the pod requests {GPU}, but the nodes it may run on use the MIG mixed strategy, which advertises "
             f"MIG devices as {MIG_PREFIX}<profile> instead. Per class: {_per_class(facts, resource, count)}."
-            + _pending(resource),
-            path, _one_of(offered))
+            + _pending(facts, resource),
+            path)
     singles = [c for c in placeable if c.mig_strategy == "single"]
     if singles:
-        why = (f"class {_names(singles)} uses the MIG single strategy, which advertises its MIG devices as {GPU}")
-        hint = f"request {GPU}: {count} instead, and pin the pod to class {singles[0].name} with {singles[0].pin()}"
+        why = f"class {_names(singles)} uses the MIG single strategy, which advertises its MIG devices as {GPU}"
     else:
         why = f"no class here runs MIG with the mixed strategy ({_modes(placeable)})"
-        hint = f"request {GPU}: {count} instead: this cluster's GPUs are advertised as {GPU}"
     return Diagnostic(
         "mig-strategy-mismatch",
         f"the pod requests {resource}, a MIG mixed-strategy resource that no node it may run on advertises."
-        f" {why[0].upper()}{why[1:]}.{_pending(resource)}",
-        path, hint)
-
-
-def _one_of(offered: Sequence[str]) -> str:
-    if not offered:
-        return f"pin the pod to a class that offers {GPU}"
-    if len(offered) == 1:
-        return f"request {offered[0]}: 1 instead"
-    return f"request one of {_join(offered[:4], 'or')} instead, such as {offered[0]}: 1"
+        f" {why[0].upper()}{why[1:]}.{_pending(facts, resource)}",
+        path)
 
 
 def _excluded_by_placement(facts: Facts, resource: str, count: int, elsewhere: Sequence[ClassView]) -> Diagnostic:
-    target = elsewhere[0]
-    conflict = facts.conflict_of(target)
-    assert conflict is not None  # elsewhere fits but is not placeable
-    reasons = "; ".join(f"{c.name}: {facts.conflict_of(c).explain(c)}"  # type: ignore[union-attr]
-                        for c in elsewhere[:_MAX_LISTED])
-    return Diagnostic(
-        "gpu-request-unsatisfiable",
-        f"the pod's {conflict.field} excludes every node class that offers {count} {resource}, so it would stay "
-        f"Pending. Per class: {reasons}. Its scheduling events would read "
-        "\"didn't match Pod's node affinity/selector\".",
-        conflict.path, _placement_hint(conflict, elsewhere))
-
-
-def _placement_hint(conflict: Conflict, elsewhere: Sequence[ClassView]) -> str:
-    req = conflict.requirement
-    if req is not None and req.operator == "In" and req.values:
-        known = sorted({c.known[req.key] for c in elsewhere if req.key in c.known})
-        near = did_you_mean(req.values[0], known)
-        if near:
-            why = " (GPU Feature Discovery appends -SHARED to the product of shared GPUs)" \
-                if near[0].endswith("-SHARED") and not req.values[0].endswith("-SHARED") else ""
-            return f"did you mean {req.key}={near[0]}?{why}"
-    target = _meant_class(req, elsewhere) if req is not None else elsewhere[0]
-    if req is None:
-        return f"remove the empty nodeSelectorTerm, or pin the pod to class {target.name} with {target.pin()}"
-    return (f"no node class matches {req.describe()}: remove it, or pin the pod to class {target.name} "
-            f"with {target.pin()}")
-
-
-def _meant_class(req: NodeRequirement, elsewhere: Sequence[ClassView]) -> ClassView:
-    """The class a failed requirement most likely aimed at: one whose GPU product its values name
-    (nvidia.com/gpu.product=Tesla-T4 means the T4 class, labelled or not), else the first."""
-    wanted = {v.removeprefix("NVIDIA-").removesuffix("-SHARED").lower() for v in req.values}
-    return next((c for c in elsewhere if c.product.removeprefix("NVIDIA-").lower() in wanted), elsewhere[0])
+    conflicts = [(c, facts.conflict_of(c)) for c in elsewhere]
+    tainted = [c for c, conflict in conflicts if conflict is not None and conflict.taint is not None]
+    others = [conflict for _, conflict in conflicts if conflict is not None and conflict.taint is None]
+    reasons = "; ".join(f"{c.name}: {conflict.explain(c)}" for c, conflict in conflicts[:_MAX_LISTED]
+                        if conflict is not None)
+    fields = list(dict.fromkeys(conflict.field for conflict in others))
+    if tainted and others:
+        what = (f"the pod does not tolerate the taints of class {_names(tainted)}, and its {join(fields, 'and')} "
+                f"excludes every other node class that offers {count} {resource}")
+    elif tainted:
+        only = "the only node class that offers" if len(tainted) == 1 else "the node classes that offer"
+        what = f"the pod does not tolerate the taints of class {_names(tainted)}, {only} {count} {resource}"
+    else:
+        what = f"the pod's {join(fields, 'and')} excludes every node class that offers {count} {resource}"
+    node = facts.placement.node_name
+    if node:
+        predicates = (["TaintToleration"] if tainted else []) + (["NodeAffinity"] if others else [])
+        outcome = f" The kubelet of node {node} would refuse it (Predicate {' and '.join(predicates)} failed)."
+    else:
+        events = (['"had untolerated taint"'] if tainted else []) + (
+            ['"didn\'t match Pod\'s node affinity/selector"'] if others else [])
+        outcome = f" Its scheduling events would read {join(events, 'and')}."
+    path = facts.conflict_of(tainted[0]).path if tainted else others[0].path  # type: ignore[union-attr]
+    return Diagnostic("gpu-request-unsatisfiable", f"{what}, {_stays(facts)}. Per class: {reasons}.{outcome}", path)
 
 
 def _not_offered(facts: Facts, resource: str, count: int) -> Diagnostic:
+    hami = (f" {resource} is HAMi's resource, not advertised by the NVIDIA device plugin (GPU memory per slot is "
+            "fixed by the node class)." if resource in HAMI_RESOURCES else "")
     return Diagnostic(
         "gpu-request-unsatisfiable",
-        f"the pod requests {resource}, which no node class offers, so it would stay Pending."
-        f" Per class: {_per_class(facts, resource, count)}.{_pending(resource)}",
-        facts.request.first_path(resource), _nearest_request(facts, resource, count))
-
-
-def _nearest_request(facts: Facts, resource: str, count: int) -> str:
-    offered = sorted({r for c in facts.classes for r in c.offers})
-    if not offered:
-        return "the policy has no node class offering GPUs"
-    if resource in HAMI_RESOURCES:
-        instead = GPU if GPU in offered else offered[0]
-        return (f"{resource} is HAMi's resource, not advertised by the NVIDIA device plugin: request {instead} "
-                "instead (GPU memory per slot is fixed by the node class)")
-    if resource.startswith(MIG_PREFIX):
-        nearest = _nearest_profile(resource, [r for r in offered if r.startswith(MIG_PREFIX)])
-        if nearest is not None:
-            owners = [c.name for c in facts.classes if nearest in c.offers]
-            return f"request {nearest}: {count} instead (offered by class {_join(owners, 'and')})"
-    near = did_you_mean(resource, offered)
-    if near:
-        return f"did you mean {near[0]}?"
-    return f"request one of {_join(offered[:6], 'or')}"
-
-
-def _nearest_profile(resource: str, offered: Sequence[str]) -> str | None:
-    """The offered MIG resource closest to ``resource`` (catalog.nearest_profile on the profile parts)."""
-    by_profile = {r.removeprefix(MIG_PREFIX): r for r in offered}
-    nearest = catalog.nearest_profile(resource.removeprefix(MIG_PREFIX), by_profile)
-    return by_profile[nearest] if nearest else None
+        f"the pod requests {resource}, which no node class offers, {_stays(facts)}.{hami}"
+        f" Per class: {_per_class(facts, resource, count)}.{_pending(facts, resource)}",
+        facts.request.first_path(resource))
 
 
 def _combination(facts: Facts) -> Diagnostic:
     first = facts.request.resources[0]
-    wanted = _join([f"{n} {r}" for r, n in facts.request.totals], "and")
+    wanted = join([f"{n} {r}" for r, n in facts.request.totals], "and")
     return Diagnostic(
         "gpu-request-unsatisfiable",
-        f"no node class offers {wanted} on one node, so the pod would stay Pending."
+        f"no node class offers {wanted} on one node, {_stays(facts)}."
         f" Per class: {_per_class(facts, None, 0)}.",
-        facts.request.first_path(first),
-        "split the pod into pods that each request what one node class offers")
+        facts.request.first_path(first))
 
 
 def _per_class(facts: Facts, resource: str | None, count: int) -> str:
@@ -477,24 +520,24 @@ def _class_reason(facts: Facts, view: ClassView, resource: str | None, count: in
     for r in resources:
         offer = view.offers.get(r)
         if offer is None:
-            return f"offers {_join(sorted(view.offers)[:3], 'and')}, not {r}"
+            return f"offers {join(sorted(view.offers)[:3], 'and')}, not {r}"
         need = count if resource else dict(facts.request.totals)[r]
         if offer.per_node < need:
             return f"offers at most {offer.per_node} {r} per node ({offer.explain()})"
-    return "offers " + _join([f"{view.offers[r].per_node} {r}" for r in resources], "and") + " per node"
+    return "offers " + join([f"{view.offers[r].per_node} {r}" for r in resources], "and") + " per node"
 
 
 # --- shared-gpu-request-above-one ---------------------------------------------------------------------------------
 
 
 def check_shared_above_one(facts: Facts) -> tuple[Diagnostic, ...]:
-    """A container asks for more than one replica of a resource some candidate class shares."""
+    """A container asks for more than one replica of a resource some class it may land on shares."""
     found = []
     for container in facts.request.containers:
         for amount in container.amounts:
             if amount.count <= 1:
                 continue
-            shared = [c for c in facts.candidates
+            shared = [c for c in facts.landing(amount.resource)
                       if (o := c.offers.get(amount.resource)) is not None and o.shared and o.strict]
             if shared:
                 found.append(_shared_finding(facts, container.name, amount.resource, amount.count, amount.path, shared))
@@ -503,35 +546,26 @@ def check_shared_above_one(facts: Facts) -> tuple[Diagnostic, ...]:
 
 def _shared_finding(facts: Facts, container: str, resource: str, count: int, path: Path,
                     shared: Sequence[ClassView]) -> Diagnostic:
-    where = _join([f"{c.name} ({c.offers[resource].explain()})" for c in shared[:_MAX_LISTED]], "or")
-    pin = facts.first_alternative(lambda c: not any(
-        (o := c.offers.get(r)) is not None and o.shared for r, _ in facts.request.totals))
-    if pin is not None:
-        hint = f"pin the pod to unshared devices with {pin.pin()} (class {pin.name}), or request {resource}: 1"
-    else:
-        what = "sharing: exclusive" if resource == GPU else f"{resource} unshared"
-        hint = (f"request {resource}: 1 per container: more shared replicas of one device add no compute; for "
-                f"{count} whole devices, add a node class with {what}")
+    where = join([f"{c.name} ({c.offers[resource].explain()})" for c in shared[:_MAX_LISTED]], "or")
     return Diagnostic(
         "shared-gpu-request-above-one",
         f'container "{container}" requests {count} {resource}; shared devices allow 1 per container.'
-        f" The scheduler may place the pod on class {where}, where the device plugin refuses more than 1 shared "
-        "replica per container (failRequestsGreaterThanOne) and the kubelet fails the pod with "
-        "UnexpectedAdmissionError.",
-        path, hint)
+        f" {_capital(_may_land(facts, where))}, where the device plugin refuses more than 1 shared replica per "
+        "container (failRequestsGreaterThanOne) and the kubelet fails the pod with UnexpectedAdmissionError.",
+        path)
 
 
 # --- tenant-sharing-mode-denied ------------------------------------------------------------------------------------
 
 
 def check_tenant_access(facts: Facts) -> tuple[Diagnostic, ...]:
-    """A candidate class uses a sharing mode, or is a class, the namespace's tenants may not use."""
+    """A class the pod may land on uses a sharing mode, or is a class, the namespace's tenants may not use."""
     found = []
     access = facts.access
     modes, classes = access.modes, access.classes
     for resource in facts.request.resources:
         denied = []
-        for view in facts.candidates:
+        for view in facts.landing(resource):
             offer = view.offers[resource]
             if modes.issuperset(offer.modes) and (classes is None or view.name in classes):
                 continue  # the common case, decided without building denies()' tuple
@@ -546,40 +580,26 @@ def check_tenant_access(facts: Facts) -> tuple[Diagnostic, ...]:
 def _tenant_finding(facts: Facts, resource: str,
                     denied: Sequence[tuple[ClassView, tuple[str, ...], bool]]) -> Diagnostic:
     access = facts.access
-    bad_modes = sorted({m for _, bad, _ in denied for m in bad})
+    bad_modes = sorted({v.offers[resource].mode_name for v, bad, _ in denied if bad})
     if access.unknown:
-        summary = f"tenant {_join(access.unknown, 'and')} is not in the admission policy, so this pod may use no GPU"
+        summary = f"tenant {join(access.unknown, 'and')} is not in the admission policy, so this pod may use no GPU"
+        where = join([v.name for v, _, _ in denied[:_MAX_LISTED]], "or")
     elif bad_modes:
-        summary = f"{access.who} may not use {_join(bad_modes, 'or')} GPUs, where this pod may be scheduled"
+        summary = f"{access.who} may not use {join(bad_modes, 'or')} GPUs, where this pod may run"
+        where = join([f"{v.name} ({_denial(v.offers[resource], bad, outside)})"
+                       for v, bad, outside in denied[:_MAX_LISTED]], "or")
     else:
-        summary = f"{access.who} may not use class {_names([v for v, _, _ in denied])}, where this pod may be scheduled"
-    if access.unknown:
-        where = _join([v.name for v, _, _ in denied[:_MAX_LISTED]], "or")
-        hint = "compile the policy and roll out its admission policy and webhook configuration together"
-    else:
-        where = _join([f"{v.name} ({_denial(bad, outside)})" for v, bad, outside in denied[:_MAX_LISTED]], "or")
-        hint = _tenant_hint(facts, [v for v, _, _ in denied])
+        summary = f"{access.who} may not use class {_names([v for v, _, _ in denied])}, where this pod may run"
+        where = join([f"{v.name} ({_denial(v.offers[resource], bad, outside)})"
+                       for v, bad, outside in denied[:_MAX_LISTED]], "or")
     return Diagnostic(
         "tenant-sharing-mode-denied",
-        f"{summary}. For {resource} the scheduler may pick class {where}; {access.who} may use "
-        f"{access.describe()}.",
-        facts.request.first_path(resource), hint)
+        f"{summary}. For {resource} {_may_land(facts, where)}; {access.who} may use {access.describe()}.",
+        facts.request.first_path(resource))
 
 
-def _tenant_hint(facts: Facts, denied: Sequence[ClassView]) -> str:
-    allowed = facts.first_alternative(lambda c: True)
-    if allowed is not None:
-        return f"pin the pod to class {allowed.name} with {allowed.pin()}"
-    resources = facts.request.resources
-    others = [a for a in facts.tenants if all(a.allows(v, resources) for v in denied)]
-    if others:
-        return (f"run it in a namespace of {others[0].who} ({others[0].selector}), which may use "
-                f"{others[0].describe()}, or ask the platform team to allow it")
-    return f"no class {facts.access.who} may use offers this request: ask the platform team to allow it"
-
-
-def _denial(bad: tuple[str, ...], outside: bool) -> str:
-    parts = list(bad)
+def _denial(offer: OfferView, bad: tuple[str, ...], outside: bool) -> str:
+    parts = [offer.mode_name] if bad else []
     if outside:
         parts.append("not one of the tenant's classes")
     return ", ".join(parts)
@@ -588,6 +608,9 @@ def _denial(bad: tuple[str, ...], outside: bool) -> str:
 # --- the rule table ------------------------------------------------------------------------------------------------
 
 RULES: tuple[Rule, ...] = (
+    Rule("gpu-request-invalid", "enforce",
+         "an nvidia.com/ amount the API server refuses (not a whole number, no limit, a request other than the "
+         "limit); always enforced", check_request_valid),
     Rule("mig-strategy-mismatch", "enforce",
          "requests MIG devices under the other MIG strategy's resource name", check_mig_strategy_mismatch),
     Rule("gpu-request-unsatisfiable", "enforce",
@@ -604,16 +627,21 @@ RULES: tuple[Rule, ...] = (
 # --- wording ----------------------------------------------------------------------------------------------------
 
 
-def _join(items: Sequence[str], word: str) -> str:
+def join(items: Sequence[str], word: str) -> str:
     items = list(items)
     if len(items) <= 1:
         return "".join(items)
     return f"{', '.join(items[:-1])} {word} {items[-1]}"
 
 
+
 def _names(views: Sequence[ClassView]) -> str:
-    return _join([v.name for v in views], "and")
+    return join([v.name for v in views], "and")
 
 
 def _modes(views: Sequence[ClassView]) -> str:
     return ", ".join(f"{v.name}: {v.mode}" for v in views[:_MAX_LISTED])
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeGuard
+from typing import Any, Literal, TypeGuard
 
 from policy.diagnostics import Path
-from policy.quantity import parse_count
+from policy.quantity import NEGATIVE_ERROR, NOT_INTEGER_ERROR, count_problem
 
 GPU_PREFIX = "nvidia.com/"
 
@@ -28,22 +29,6 @@ POD_SPEC_PATHS: Mapping[tuple[str, str], Path] = {
     ("batch", "CronJob"): ("spec", "jobTemplate", "spec", "template", "spec"),
 }
 _KINDS = frozenset(kind for _, kind in POD_SPEC_PATHS)
-
-# Custom resources that wrap pod templates. Their operators create the Pods, which the webhook then checks;
-# offline, `gpupolicy admit` can only say that they were not checked (webhook.md §2.4).
-POD_TEMPLATE_CRDS: Mapping[str, frozenset[str]] = {
-    "ray.io": frozenset({"RayCluster", "RayJob", "RayService"}),
-    "kubeflow.org": frozenset({"PyTorchJob", "TFJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob", "Notebook"}),
-    "trainer.kubeflow.org": frozenset({"TrainJob"}),
-    "jobset.x-k8s.io": frozenset({"JobSet"}),
-    "leaderworkerset.x-k8s.io": frozenset({"LeaderWorkerSet"}),
-    "serving.kserve.io": frozenset({"InferenceService", "ServingRuntime", "ClusterServingRuntime"}),
-    "serving.knative.dev": frozenset({"Service", "Configuration"}),
-    "batch.volcano.sh": frozenset({"Job"}),
-    "apps.kruise.io": frozenset({"CloneSet", "AdvancedStatefulSet", "AdvancedDaemonSet"}),
-    "argoproj.io": frozenset({"Rollout"}),
-}
-
 
 @dataclass(frozen=True)
 class Workload:
@@ -107,31 +92,27 @@ def find_workload(obj: Any) -> Workload | None:
         return None
     metadata = obj.get("metadata")
     metadata = metadata if _is_mapping(metadata) else {}
-    return Workload(kind, _name(metadata), _text(metadata.get("namespace")), path, spec)
+    return Workload(kind, object_name(metadata), _text(metadata.get("namespace")), path, spec)
 
 
-def wraps_pod_templates(obj: Any) -> bool:
-    """Whether the object is a custom resource known to embed pod templates (RayCluster, PyTorchJob, ...)."""
-    if not _is_mapping(obj) or not isinstance(obj.get("kind"), str):
-        return False
-    return obj["kind"] in POD_TEMPLATE_CRDS.get(api_group(obj) or "", frozenset())
+def gpu_resources_anywhere(value: Any, depth: int = 0) -> tuple[str, ...]:
+    """The nvidia.com/ resources any ``limits`` or ``requests`` mapping below ``value`` names, sorted."""
+    found: set[str] = set()
+    _collect(value, depth, found)
+    return tuple(sorted(found))
 
 
-def requests_gpus_anywhere(value: Any, depth: int = 0) -> bool:
-    """Whether some ``limits`` or ``requests`` mapping below ``value`` names an nvidia.com/ resource."""
+def _collect(value: Any, depth: int, found: set[str]) -> None:
     if depth > 40:
-        return False
+        return
     if _is_mapping(value):
         for key, child in value.items():
-            if key in ("limits", "requests") and _is_mapping(child) and any(
-                isinstance(k, str) and k.startswith(GPU_PREFIX) for k in child
-            ):
-                return True
-            if requests_gpus_anywhere(child, depth + 1):
-                return True
+            if key in ("limits", "requests") and _is_mapping(child):
+                found.update(k for k in child if isinstance(k, str) and k.startswith(GPU_PREFIX))
+            _collect(child, depth + 1, found)
     elif isinstance(value, list):
-        return any(requests_gpus_anywhere(item, depth + 1) for item in value)
-    return False
+        for item in value:
+            _collect(item, depth + 1, found)
 
 
 def _path_by_kind(kind: str) -> Path | None:
@@ -146,7 +127,10 @@ def _descend(obj: Any, path: Path) -> Any:
     return obj
 
 
-def _name(metadata: Mapping[str, Any]) -> str:
+def object_name(metadata: Any) -> str:
+    """An object's name as messages give it: its name, ``prefix-*`` for a generateName, else ``(unnamed)``."""
+    if not _is_mapping(metadata):
+        return "(unnamed)"
     name = _text(metadata.get("name"))
     if name:
         return name
@@ -185,6 +169,33 @@ class ContainerRequest:
         return next((a.count for a in self.amounts if a.resource == resource), 0)
 
 
+ProblemKind = Literal["unreadable", "negative", "not-integer", "limit-missing", "request-differs"]
+
+
+@dataclass(frozen=True)
+class RequestProblem:
+    """An nvidia.com/ amount the API server refuses (pkg/apis/core/validation: extended resources are
+    non-negative integers, cannot be overcommitted, so need a limit, and a request must equal it)."""
+
+    kind: ProblemKind
+    container: str
+    container_path: Path
+    """Path of the container in the object (``(..., "containers", 0)``)."""
+    resource: str
+    field: str
+    """``limits`` or ``requests``: where the amount at fault is written."""
+    given: Any
+    """The value as written (the limit, for limit-missing: the request)."""
+    reason: str
+    """The API server's words: ``must be an integer``, ``Limit must be set for non overcommitable resources``."""
+    limit: int | None = None
+    """The container's valid limit for the resource, where it has one (request-differs)."""
+
+    @property
+    def path(self) -> Path:
+        return (*self.container_path, "resources", self.field, self.resource)
+
+
 @dataclass(frozen=True)
 class GpuRequest:
     """A pod's GPU request: per container, and per resource the way the scheduler adds it up."""
@@ -192,19 +203,21 @@ class GpuRequest:
     containers: tuple[ContainerRequest, ...]
     totals: tuple[tuple[str, int], ...]
     """Effective pod request per resource, sorted by resource name; only resources with a count above 0."""
+    problems: tuple[RequestProblem, ...] = ()
+    """Amounts the API server would refuse; they count towards ``totals`` only where a valid value is known."""
 
     @property
     def empty(self) -> bool:
-        return not self.totals
+        return not self.totals and not self.problems
 
     @property
     def resources(self) -> tuple[str, ...]:
         return tuple(resource for resource, _ in self.totals)
 
     @classmethod
-    def of(cls, containers: tuple[ContainerRequest, ...]) -> GpuRequest:
+    def of(cls, containers: tuple[ContainerRequest, ...], problems: tuple[RequestProblem, ...] = ()) -> GpuRequest:
         """The request of these containers, totalled the way the scheduler adds them up."""
-        return cls(containers, _effective_totals(list(containers)))
+        return cls(containers, effective_totals(list(containers)), problems)
 
     def first_path(self, resource: str) -> Path:
         """Where the first container asking for ``resource`` writes it."""
@@ -216,51 +229,85 @@ class GpuRequest:
 
 
 def read_gpu_request(workload: Workload) -> GpuRequest:
-    """Every nvidia.com/ request of the pod spec; malformed containers and quantities are skipped.
+    """Every nvidia.com/ request of the pod spec, and every amount the API server would refuse; containers
+    that are not mappings are skipped (the API server refuses those objects before any webhook sees them).
 
     The effective request follows the scheduler (k8s resourcehelper.PodRequests): the sum over regular
     containers and sidecars, or, if larger, what an init container needs while it runs beside the
     sidecars started before it.
     """
     containers: list[ContainerRequest] = []
+    problems: list[RequestProblem] = []
     for section in ("initContainers", "containers"):
         items = workload.pod_spec.get(section)
         if not isinstance(items, list):
             continue
         for index, item in enumerate(items):
-            found = _container_request(item, (*workload.spec_path, section, index), section)
+            found = _container_request(item, (*workload.spec_path, section, index), section, problems)
             if found is not None:
                 containers.append(found)
-    return GpuRequest(tuple(containers), _effective_totals(containers))
+    return GpuRequest(tuple(containers), effective_totals(containers), tuple(problems))
 
 
-def _container_request(item: Any, path: Path, section: str) -> ContainerRequest | None:
+def _container_request(item: Any, path: Path, section: str, problems: list[RequestProblem]) -> ContainerRequest | None:
     if not _is_mapping(item):
         return None
     resources = item.get("resources")
     if not _is_mapping(resources):
         return None
-    amounts: dict[str, Amount] = {}
-    # Extended resources cannot be overcommitted: a limit is required and a request must equal it, so the
-    # limit decides; a request alone (refused by the API server) is still read for offline use.
+    tables: dict[str, Mapping[str, Any]] = {}
     for field in ("requests", "limits"):
         table = resources.get(field)
-        if not _is_mapping(table):
-            continue
-        for key, value in table.items():
-            if isinstance(key, str) and key.startswith(GPU_PREFIX):
-                count = parse_count(value)
-                if count is not None:
-                    amounts[key] = Amount(key, count, (*path, "resources", field, key))
-    if not amounts:
+        if _is_mapping(table):
+            # Most containers ask for no GPU: find that out before building anything (a plain loop, the
+            # fastest way through the few keys of a sidecar's resources).
+            for key in table:
+                if type(key) is str and key.startswith(GPU_PREFIX):
+                    tables[field] = table
+                    break
+    if not tables:
         return None
     name = item.get("name")
+    name = name if isinstance(name, str) else f"#{path[-1]}"
+    keys = sorted({k for table in tables.values() for k in table if isinstance(k, str) and k.startswith(GPU_PREFIX)})
+    amounts = []
+    for key in keys:
+        count = _amount(name, path, key, tables, problems)
+        if count is not None:
+            amounts.append(Amount(key, count, (*path, "resources", "limits" if key in tables.get("limits", {})
+                                               else "requests", key)))
+    if not amounts:
+        return None
     sidecar = section == "initContainers" and item.get("restartPolicy") == "Always"
-    return ContainerRequest(name if isinstance(name, str) else f"#{path[-1]}", section, sidecar,
-                            tuple(sorted(amounts.values(), key=lambda a: a.resource)))
+    return ContainerRequest(name, section, sidecar, tuple(amounts))
 
 
-def _effective_totals(containers: list[ContainerRequest]) -> tuple[tuple[str, int], ...]:
+def _amount(name: str, path: Path, key: str, tables: Mapping[str, Mapping[str, Any]],
+            problems: list[RequestProblem]) -> int | None:
+    """The count one container asks for of ``key``, recording what the API server would refuse.
+
+    The limit decides (extended resources cannot be overcommitted, so the request defaults to it and must
+    equal it); a request without a limit, refused by the API server, still counts for the other rules."""
+    found: dict[str, int | None] = {}
+    for field in ("limits", "requests"):
+        if key in tables.get(field, {}):
+            value = tables[field][key]
+            found[field], reason = count_problem(value)
+            if reason is not None:
+                kind: ProblemKind = "unreadable" if reason not in (NEGATIVE_ERROR, NOT_INTEGER_ERROR) else (
+                    "negative" if reason == NEGATIVE_ERROR else "not-integer")
+                problems.append(RequestProblem(kind, name, path, key, field, value, reason))
+    limit, request = found.get("limits"), found.get("requests")
+    if "limits" not in found:
+        problems.append(RequestProblem("limit-missing", name, path, key, "requests", tables["requests"][key],
+                                       "Limit must be set for non overcommitable resources"))
+    elif limit is not None and request is not None and request != limit:
+        problems.append(RequestProblem("request-differs", name, path, key, "requests", tables["requests"][key],
+                                       f"must be equal to {key} limit of {limit}", limit))
+    return limit if limit is not None else request
+
+
+def effective_totals(containers: Sequence[ContainerRequest]) -> tuple[tuple[str, int], ...]:
     regular: dict[str, int] = {}
     sidecars: dict[str, int] = {}
     init_peak: dict[str, int] = {}
@@ -316,23 +363,83 @@ class AffinityTerm:
     matches_nothing: bool
     """An empty term matches no node (k8s nodeaffinity: empty terms are skipped)."""
     path: Path
+    size: int = 0
+    """matchExpressions plus matchFields entries as written, readable or not (a fix that removes the last one
+    must remove the term instead, or the term would match nothing)."""
+
+
+@dataclass(frozen=True)
+class Toleration:
+    """One pod toleration (k8s.io/api core/v1 toleration.go ToleratesTaint)."""
+
+    key: str
+    operator: str
+    """``Equal`` (also when empty), ``Exists``, or the numeric ``Lt`` / ``Gt``."""
+    value: str
+    effect: str
+    """Empty tolerates every effect."""
+
+    def tolerates(self, key: str, value: str, effect: str) -> bool:
+        if self.effect and self.effect != effect:
+            return False
+        if self.key and self.key != key:
+            return False
+        if self.operator in ("", "Equal"):
+            return self.value == value
+        if self.operator == "Exists":
+            return True
+        if self.operator in ("Lt", "Gt"):
+            # Compared as integers behind the alpha gate TaintTolerationComparisonOperators; counted as
+            # tolerating whenever the comparison holds, so a class is never wrongly left out.
+            mine, theirs = _decimal(self.value), _decimal(value)
+            return mine is not None and theirs is not None and (theirs < mine if self.operator == "Lt"
+                                                                 else theirs > mine)
+        return False
+
+
+@dataclass(frozen=True)
+class NodeTaint:
+    """One taint of a node (or of every node of a class), as the scheduler and the kubelet match it."""
+
+    key: str
+    value: str
+    effect: str
+
+    def describe(self) -> str:
+        """``dedicated=training:NoSchedule``, as kubectl writes a taint."""
+        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
+
+    def tolerated_by(self, tolerations: Sequence[Toleration]) -> bool:
+        return any(t.tolerates(self.key, self.value, self.effect) for t in tolerations)
+
+
+#: What an unreadable toleration is read as: one that tolerates everything. The API server refuses such pods,
+#: and counting more classes as reachable can only make the tenant rule stricter, never let a pod through.
+TOLERATE_ALL = Toleration("", "Exists", "", "")
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a pod may run: its nodeSelector and its required node-affinity terms (ORed)."""
+    """Where a pod may run: its nodeSelector, its required node-affinity terms (ORed), its tolerations, and the
+    node it names, if any."""
 
     node_selector: tuple[NodeRequirement, ...]
     terms: tuple[AffinityTerm, ...]
     """Empty when the pod has no required node affinity."""
+    tolerations: tuple[Toleration, ...] = ()
+    node_name: str | None = None
+    """spec.nodeName: the scheduler is bypassed and the kubelet of that node admits the pod, checking its
+    nodeSelector, required node affinity and NoExecute taints (pkg/kubelet/lifecycle/predicate.go)."""
 
     @property
     def unconstrained(self) -> bool:
+        """No nodeSelector and no required node affinity (tolerations and taints are checked apart)."""
         return not self.node_selector and not self.terms
 
 
-def read_placement(workload: Workload) -> Placement:
-    """The pod's nodeSelector and required node affinity; malformed entries cannot exclude and are dropped."""
+def read_placement(workload: Workload, *, tolerations: bool = True) -> Placement:
+    """The pod's nodeSelector, required node affinity, tolerations (unless not asked for: they matter only where
+    some class is tainted) and nodeName; malformed selector entries cannot exclude and are dropped."""
     spec, prefix = workload.pod_spec, workload.spec_path
     selector: list[NodeRequirement] = []
     raw = spec.get("nodeSelector")
@@ -340,26 +447,51 @@ def read_placement(workload: Workload) -> Placement:
         for key, value in raw.items():
             if isinstance(key, str) and isinstance(value, str):
                 selector.append(NodeRequirement(key, "In", (value,), (*prefix, "nodeSelector", key)))
-    return Placement(tuple(selector), _terms(spec, prefix))
+    node_name = spec.get("nodeName")
+    return Placement(tuple(selector), _terms(spec, prefix),
+                     _tolerations(spec.get("tolerations")) if tolerations else (),
+                     node_name if isinstance(node_name, str) and node_name else None)
 
 
-_REQUIRED = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
+def _tolerations(raw: Any) -> tuple[Toleration, ...]:
+    if not isinstance(raw, list):
+        return ()
+    out = []
+    for item in raw:
+        fields = [item.get(k, "") if _is_mapping(item) else None for k in ("key", "operator", "value", "effect")]
+        if all(isinstance(f, str) for f in fields) and fields[1] in _OPERATORS:
+            out.append(Toleration(*fields))
+        elif item is not None:
+            out.append(TOLERATE_ALL)
+    return tuple(out)
+
+
+_OPERATORS = frozenset({"", "Equal", "Exists", "Lt", "Gt"})
+
+
+def _decimal(text: str) -> int | None:
+    # content.IsDecimalInteger then strconv.ParseInt: an optional '-', ASCII digits, no leading zero.
+    return int(text) if re.fullmatch(r"-?(0|[1-9][0-9]{0,18})", text) else None
+
+
+REQUIRED_AFFINITY = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
 
 
 def _terms(spec: Mapping[str, Any], prefix: Path) -> tuple[AffinityTerm, ...]:
-    raw = _descend(spec, _REQUIRED)
+    raw = _descend(spec, REQUIRED_AFFINITY)
     if not isinstance(raw, list):
         return ()
     terms = []
     for t, term in enumerate(raw):
-        path = (*prefix, *_REQUIRED, t)
+        path = (*prefix, *REQUIRED_AFFINITY, t)
         if not _is_mapping(term):
             return ()  # one unreadable term could match anything: the affinity cannot exclude a class
         expressions = term.get("matchExpressions")
         fields = term.get("matchFields")
         given = bool(expressions) or bool(fields)
         reqs = tuple(_expressions(expressions, (*path, "matchExpressions")))
-        terms.append(AffinityTerm(reqs, not given, path))
+        size = sum(len(part) for part in (expressions, fields) if isinstance(part, list))
+        terms.append(AffinityTerm(reqs, not given, path, size))
     return tuple(terms)
 
 
@@ -378,9 +510,8 @@ def _expressions(raw: Any, path: Path) -> list[NodeRequirement]:
     return out
 
 
-def placement_fields(workload: Workload) -> tuple[Any, Any]:
-    """The raw fields placement is read from, for comparing an UPDATE's old and new object.
-
-    Tolerations are left out on purpose: no rule reads them, so changing them cannot change a verdict.
-    """
-    return workload.pod_spec.get("nodeSelector"), _descend(workload.pod_spec, _REQUIRED)
+def placement_fields(workload: Workload) -> tuple[Any, ...]:
+    """The raw fields placement is read from, for comparing an UPDATE's old and new object (tolerations and
+    nodeName included: they decide which tainted classes and which node the pod may reach)."""
+    spec = workload.pod_spec
+    return spec.get("nodeSelector"), _descend(spec, REQUIRED_AFFINITY), spec.get("tolerations"), spec.get("nodeName")

@@ -153,6 +153,8 @@ CODE_HELP: dict[str, tuple[str, str]] = {
                                        "(all-disabled, all-enabled)."),
     "tenant-unknown-class": (_SEMANTIC, "A tenant names a node class that does not exist."),
     "tenant-mode-unavailable": (_SEMANTIC, "No class a tenant may use offers any sharing mode it is allowed."),
+    "default-mode-unavailable": (_SEMANTIC, "No class offers a sharing mode admission.defaultAllow lists, so "
+                                            "namespaces outside every tenant may use no GPU (write [] to mean it)."),
     "tenant-overlap": (_SEMANTIC, "Two tenants' namespace selectors can match one namespace."),
     "tenant-selector-too-complex": (_SEMANTIC, "A tenant selects namespaces by more than one requirement, which "
                                                "the webhook registration cannot negate."),
@@ -174,13 +176,16 @@ CODE_HELP: dict[str, tuple[str, str]] = {
 
 #: Admission rule ids (the `code` of admission diagnostics); troubleshooting is in docs/operations.md.
 RULE_HELP: dict[str, str] = {
-    "gpu-request-unsatisfiable": "No node class offers what the pod requests where its selectors let it go: "
-                                 "it would pend forever. The message says why per class and the nearest valid "
-                                 "request.",
+    "gpu-request-invalid": "An nvidia.com/ amount the API server refuses: not a quantity, not a whole number, "
+                           "negative, a request without a limit, or a request other than the limit. Always "
+                           "enforced, whatever the modes say: the API server would refuse the object anyway.",
+    "gpu-request-unsatisfiable": "No node class offers what the pod requests where its selectors and tolerations "
+                                 "let it go: it would pend forever (or, naming its node, be refused by that node's "
+                                 "kubelet). The message says why per class.",
     "shared-gpu-request-above-one": "A container asks for more than one replica of a shared (time-sliced or "
                                     "MPS) resource; the kubelet would reject it with UnexpectedAdmissionError.",
-    "tenant-sharing-mode-denied": "The pod's tenant may not use the sharing mode of a class the scheduler could "
-                                  "pick.",
+    "tenant-sharing-mode-denied": "The pod's tenant may not use the sharing mode of a class the pod could land "
+                                  "on (the scheduler's choice, or the node it names).",
     "mig-strategy-mismatch": "The pod asks for a resource spelled for the other MIG strategy (nvidia.com/gpu on "
                              "a mixed class, nvidia.com/mig-<profile> on a single one).",
     "hami-scheduler-bypassed": "A pod asks for HAMi vGPU resources but hami-scheduler would not place it: another "
@@ -528,7 +533,11 @@ def _render_rules(rules: Mapping[str, str]) -> list[str]:
         "",
         "The webhook and `gpupolicy admit` report denials with these ids as their code, and the path into the "
         "admitted object. Each rule runs in `spec.admission.enforcement` mode unless `spec.admission.rules` "
-        "overrides it. How to fix each one: [operations: troubleshooting](operations.md#troubleshooting).",
+        "overrides it (gpu-request-invalid is always enforced). Every finding's hint is a fix gpupolicy applied to "
+        "the object and re-checked: applied, it admits the object; where no change within the policy does, the "
+        "hint says so. How to fix each one: [operations: troubleshooting](operations.md#troubleshooting). "
+        "`workload-not-checked` is a notice, not a rule: an object of a kind whose pod templates gpupolicy does "
+        "not read asks for nvidia.com/ resources.",
         "",
         "| rule id | meaning |",
         "|---|---|",

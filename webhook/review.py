@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, Protocol, TypedDict, cast, get_args
 
+from policy.diagnostics import format_path
+
 __all__ = [
     "API_VERSIONS",
     "MAX_WARNINGS_TOTAL_CHARS",
@@ -84,12 +86,28 @@ class GroupVersionResource(TypedDict):
     resource: str
 
 
+class StatusCause(TypedDict):
+    """metav1.StatusCause: ``reason`` is a machine-readable cause type, ``field`` the path at fault."""
+
+    reason: str
+    message: str
+    field: str
+
+
+class StatusDetails(TypedDict):
+    kind: str
+    name: str
+    causes: list[StatusCause]
+
+
 class ResponseStatus(TypedDict):
-    """The metav1.Status of a denial; the API server ignores it when allowed is true."""
+    """The metav1.Status of a denial; the API server ignores it when allowed is true, and otherwise passes it to
+    the client whole (apiserver admission/plugin/webhook/errors ToStatusErr), details included."""
 
     code: int
     reason: str
     message: str
+    details: NotRequired[StatusDetails]
 
 
 class ResponsePayload(TypedDict):
@@ -339,11 +357,21 @@ def _type(value: object) -> str:
 # --- deciding ------------------------------------------------------------------------------------------
 
 
+class RemedyLike(Protocol):
+    def to_dict(self) -> Mapping[str, Any]: ...
+
+
 class DiagnosticLike(Protocol):
     @property
     def code(self) -> str: ...
     @property
     def severity(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def path(self) -> tuple[str | int, ...]: ...
+    @property
+    def fix(self) -> RemedyLike | None: ...
 
 
 class DecisionLike(Protocol):
@@ -390,6 +418,8 @@ class Verdict:
     audit_annotations: Mapping[str, str] = field(default_factory=dict)
     rules: tuple[tuple[str, Outcome], ...] = ((NO_RULE, "allow"),)
     skipped: str = ""
+    causes: tuple[StatusCause, ...] = ()
+    """Per denying finding its rule, path and message, and the verified fix as data (status.details.causes)."""
 
 
 def decide(review: Review, evaluator: Evaluator, *, tenants: Sequence[str] = ()) -> Verdict:
@@ -418,7 +448,26 @@ def decide(review: Review, evaluator: Evaluator, *, tenants: Sequence[str] = ())
     denied_by = [rule for rule, outcome in rules if outcome == "deny"]
     message = decision.message or f"{review.object_ref} is denied by gpupolicy rule(s) {', '.join(denied_by)}"
     return Verdict(allowed=False, code=403, reason="Forbidden", message=message, warnings=warnings,
-                   audit_annotations=audit, rules=rules or ((NO_RULE, "deny"),))
+                   audit_annotations=audit, rules=rules or ((NO_RULE, "deny"),), causes=_causes(decision))
+
+
+#: The cause type of a finding's fix: its message is the fix as compact JSON (edits, jsonPatch, namespace).
+FIX_CAUSE = "gpupolicy.dev/fix"
+
+
+def _causes(decision: DecisionLike) -> tuple[StatusCause, ...]:
+    """One cause per denying finding (reason = rule id, field = path into the object), each followed by its fix
+    when it has one, so clients can apply the fix without parsing the message (docs/operations.md)."""
+    out: list[StatusCause] = []
+    for d in decision.diagnostics:
+        if d.severity != "error":
+            continue
+        where = format_path(d.path)
+        out.append(StatusCause(reason=d.code, message=d.message, field=where))
+        if d.fix is not None:
+            text = json.dumps(d.fix.to_dict(), sort_keys=True, separators=(",", ":"))
+            out.append(StatusCause(reason=FIX_CAUSE, message=text, field=where))
+    return tuple(out)
 
 
 def internal_error(review: Review, incident: str) -> Verdict:
@@ -473,6 +522,9 @@ def build_response(review: Review, verdict: Verdict) -> AdmissionReviewOut:
     response: ResponsePayload = {"uid": review.uid, "allowed": verdict.allowed}
     if not verdict.allowed:
         response["status"] = {"code": verdict.code, "reason": verdict.reason, "message": verdict.message}
+        if verdict.causes:
+            response["status"]["details"] = {"kind": review.kind["kind"], "name": review.object_name,
+                                             "causes": list(verdict.causes)}
     if verdict.warnings:
         response["warnings"] = list(verdict.warnings)
     if verdict.audit_annotations:

@@ -31,6 +31,7 @@ class _Tally:
     objects: int = 0
     denied: int = 0
     warned: int = 0
+    unchecked: int = 0
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -53,8 +54,9 @@ def run(args: argparse.Namespace) -> int:
         tally.namespaces.setdefault(ns, {}).update(labels)
     for doc in documents:
         report.extend(_admit_document(engine, doc, args.namespace, tally))
+    unchecked = f"; {tally.unchecked} object(s) asking for GPUs not checked" if tally.unchecked else ""
     print(f"gpupolicy admit: {tally.objects} workload(s) checked: {tally.denied} denied, "
-          f"{tally.warned} with warnings", file=sys.stderr)
+          f"{tally.warned} with warnings{unchecked}", file=sys.stderr)
     sys.stdout.write(REPORTER_BY_NAME[args.output](report))
     return report.exit_code
 
@@ -75,22 +77,24 @@ def _load_engine(path: str, report: Report) -> Engine | None:
 def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tally) -> Iterator[Diagnostic]:
     from cli.manifests import objects
     from policy import workloads
+    from policy.engine import NOT_CHECKED
 
     for obj, prefix in objects(doc.data):
         workload = workloads.find_workload(obj)
-        if workload is None:
-            if workloads.wraps_pod_templates(obj) and workloads.requests_gpus_anywhere(obj.get("spec")):
-                yield _not_checked(obj, (*prefix, "kind"), doc.source.span((*prefix, "kind"), key=True))
-            continue
-        tally.objects += 1
-        yield from _cloud_vgpu(workload, prefix, doc)
-        ns = workload.namespace or default_ns
+        ns = (workload.namespace if workload else None) or _namespace(obj) or default_ns
+        if workload is not None:
+            yield from _cloud_vgpu(workload, prefix, doc)
         decision = engine.evaluate(obj, tenants=engine.tenants_for(tally.namespaces.get(ns, {}), namespace=ns))
+        if workload is None:
+            tally.unchecked += any(d.code == NOT_CHECKED for d in decision.diagnostics)
+        elif not workloads.read_gpu_request(workload).empty:
+            tally.objects += 1
         tally.denied += not decision.allowed
         tally.warned += bool(decision.warnings)
         for d in decision.diagnostics:
-            yield replace(d, message=f"{decision.subject} (namespace {ns}): {d.message}", path=(*prefix, *d.path),
-                          span=doc.source.span((*prefix, *d.path), key=True))
+            yield replace(d, message=f"{decision.subject} (namespace {ns}): {d.message}" if workload else d.message,
+                          path=(*prefix, *d.path), span=doc.source.span((*prefix, *d.path), key=True),
+                          fix=d.fix.under(prefix) if d.fix is not None else None)
 
 
 def _cloud_vgpu(workload: Any, prefix: Path, doc: Document) -> Iterator[Diagnostic]:
@@ -108,13 +112,7 @@ def _cloud_vgpu(workload: Any, prefix: Path, doc: Document) -> Iterator[Diagnost
             severity="info", span=doc.source.span(path, key=True))
 
 
-def _not_checked(obj: dict[str, Any], path: Path, span: Any) -> Diagnostic:
-    from policy.diagnostics import Diagnostic
-
-    name = (obj.get("metadata") or {}).get("name") if isinstance(obj.get("metadata"), dict) else None
-    return Diagnostic(
-        "workload-not-checked",
-        f"{obj['kind']} {name or '(unnamed)'} requests nvidia.com/ resources in pod templates its operator turns "
-        "into Pods; gpupolicy checks those Pods when the operator creates them, not this object",
-        path, "run the operator's Pods through the webhook (or render one Pod and admit it)",
-        severity="info", span=span)
+def _namespace(obj: dict[str, Any]) -> str | None:
+    metadata = obj.get("metadata")
+    found = metadata.get("namespace") if isinstance(metadata, dict) else None
+    return found if isinstance(found, str) and found else None

@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from cluster.resources import Snapshot
     from cluster.snapshot import Access
     from policy.model import ClusterGPUPolicy
 
@@ -19,20 +20,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="SUBCOMMAND", parser_class=type(parser))
     verify = actions.add_parser(
         "verify", help="report where the live cluster differs from a spec (read-only)",
-        description="Read nodes, device-plugin DaemonSets, Pending GPU pods and their events, and report per node "
-                    "class and per node where the cluster differs from the spec. Exit 1 when it differs.")
+        description="Read nodes, device-plugin DaemonSets, Pending GPU pods and their events (from the cluster, or "
+                    "from files with --from-file), and report per node class and per node where the cluster differs "
+                    "from the spec. Exit 1 when it differs.")
     verify.add_argument("-p", "--policy", required=True, metavar="SPEC", help="the cluster spec to verify against")
     verify.add_argument("--output", "-O", choices=("text", "json"), default="text",
                         help="how to print the result (default: text)")
     _access_arguments(verify)
     discover = actions.add_parser(
         "discover", help="draft a spec from the cluster's GPU nodes (read-only)",
-        description="Group the GPU nodes by GPU Feature Discovery and instance-type labels and print a draft spec "
-                    "with one class per group and disjoint selectors.")
+        description="Group the GPU nodes (of the cluster, or of files with --from-file) by GPU Feature Discovery and "
+                    "instance-type labels and print a draft spec with one class per group, disjoint selectors, the "
+                    "sharing the nodes run now (MIG layout, time-slicing, MPS) and their taints.")
     discover.add_argument("--name", help="metadata.name of the draft (default: derived from the context)")
     discover.add_argument("--schema", metavar="URL",
-                          help="JSON Schema location for the yaml-language-server comment "
-                               "(default: the published cluster-policy schema)")
+                          help="JSON Schema location for the yaml-language-server comment (default: the "
+                               "cluster-policy schema of this release in the project's repository; a path works too, "
+                               "e.g. after gpupolicy schema --write schemas)")
     _access_arguments(discover)
     reconcile = actions.add_parser(
         "reconcile-labels", help="keep the label plan's node labels on every node of its classes (in-cluster)",
@@ -50,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _access_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-f", "--from-file", action="append", default=[], metavar="FILE", dest="from_files",
+                        help="read recorded objects instead of a cluster: kubectl get -o yaml (or json) output, a "
+                             "List or several documents of Nodes, DaemonSets, Pods, ... (repeatable; - for stdin)")
     parser.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
     parser.add_argument("--context", help="kubeconfig context (default: its current-context)")
     parser.add_argument("--request-timeout", type=float, default=10.0, metavar="SECONDS",
@@ -63,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
     if args.action is None:
         print("gpupolicy cluster: choose an action: verify, discover or reconcile-labels (see gpupolicy cluster "
               "--help)", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    if args.from_files and (args.kubeconfig or args.context):
+        print(f"gpupolicy cluster {args.action}: error: --from-file reads recorded objects, not a cluster: drop "
+              "--kubeconfig and --context, or --from-file", file=sys.stderr)
         return ExitCode.BAD_INPUT
     try:
         if args.action == "reconcile-labels":
@@ -88,11 +99,44 @@ def _verify(args: argparse.Namespace) -> int:
     if policy is None:
         return ExitCode.BAD_INPUT
     wanted = expected.from_tree(compile_policy(policy))
-    seen = snapshot.read_snapshot(_access(args), scope="verify", configmap_namespaces=wanted.namespaces)
+    seen = _recorded(args) if args.from_files else snapshot.read_snapshot(
+        _access(args), scope="verify", configmap_namespaces=wanted.namespaces)
+    if seen is None:
+        return ExitCode.BAD_INPUT
     result = verify.verify(seen, policy, wanted)
     code = ExitCode.OK if result.agrees else ExitCode.FINDINGS
     sys.stdout.write(render.render_json(result, int(code)) if args.output == "json" else render.render_text(result))
     return code
+
+
+def _recorded(args: argparse.Namespace) -> Snapshot | None:
+    """The snapshot recorded in --from-file files, or None after printing what made them unreadable."""
+    from cli.inputs import read_text
+    from cli.reporters import Report, render_text
+    from cluster.records import snapshot_from
+    from policy.diagnostics import Diagnostic
+    from policy.source import parse_documents
+
+    documents, problems = [], []
+    for path in args.from_files:
+        text = read_text(path)
+        if isinstance(text, Diagnostic):
+            problems.append(text)
+            continue
+        for doc in parse_documents(text, filename=path):
+            if doc.data is None:
+                problems.extend(d for d in doc.diagnostics if d.severity == "error")
+            else:
+                documents.append(doc.data)
+    if problems:
+        sys.stderr.write(render_text(Report(diagnostics=problems, files=len(args.from_files))))
+        return None
+    seen, skipped = snapshot_from(documents, source=", ".join(args.from_files))
+    if skipped:
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(skipped.items()))
+        print(f"gpupolicy cluster {args.action}: note: not read ({kinds}): only Nodes, DaemonSets, Pods, Events, "
+              "ReplicaSets, Deployments and ConfigMaps matter here", file=sys.stderr)
+    return seen
 
 
 def _load(path: str) -> ClusterGPUPolicy | None:
@@ -127,8 +171,10 @@ def _discover(args: argparse.Namespace) -> int:
     from cluster import discover, snapshot
     from policy.load import load_policy
 
-    seen = snapshot.read_snapshot(_access(args), scope="discover")
-    name = args.name or discover.dns_label(seen.context) or "discovered"
+    seen = _recorded(args) if args.from_files else snapshot.read_snapshot(_access(args), scope="discover")
+    if seen is None:
+        return ExitCode.BAD_INPUT
+    name = args.name or (discover.dns_label(seen.context) if not args.from_files else "") or "discovered"
     text = discover.render_draft(discover.discover(seen, name=name), schema=args.schema or discover.DEFAULT_SCHEMA)
     sys.stdout.write(text)
     errors = [d for d in load_policy(text, filename="<draft>").diagnostics if d.severity == "error"]

@@ -192,7 +192,7 @@ def _plugin_daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, conf
         namespace=plugin.namespace,
         labels=objects.labels(policy, "device-plugin"),
         selector=objects.selector_labels(PLUGIN_APP, node_class.name),
-        pod_spec=_pod_spec(plugin, dict(node_class.node_selector), [container], volumes, **affinity),
+        pod_spec=_pod_spec(plugin, node_class, dict(node_class.node_selector), [container], volumes, **affinity),
         template_labels=app,
     )
 
@@ -213,14 +213,14 @@ def _plugin_security_context(node_class: ResolvedClass) -> Obj:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def _pod_spec(plugin: DevicePlugin, node_selector: dict[str, str], containers: list[Obj], volumes: list[Obj],
-              **extra: Any) -> Obj:
+def _pod_spec(plugin: DevicePlugin, node_class: ResolvedClass, node_selector: dict[str, str], containers: list[Obj],
+              volumes: list[Obj], **extra: Any) -> Obj:
     return {
         "automountServiceAccountToken": False,  # neither the plugin nor the MPS daemon calls the API
         "containers": containers,
         "nodeSelector": node_selector,
         "priorityClassName": plugin.priority_class_name,
-        "tolerations": [t.model_dump(exclude_none=True) for t in plugin.tolerations],
+        "tolerations": objects.class_tolerations(plugin.tolerations, node_class),
         "volumes": volumes,
         **extra,
     }
@@ -269,6 +269,6 @@ def _mps_daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, config_
         namespace=plugin.namespace,
         labels=objects.labels(policy, "mps-control-daemon"),
         selector=objects.selector_labels(MPS_APP, node_class.name),
-        pod_spec=_pod_spec(plugin, selector, [daemon], volumes, hostPID=True, initContainers=[mount_shm],
+        pod_spec=_pod_spec(plugin, node_class, selector, [daemon], volumes, hostPID=True, initContainers=[mount_shm],
                            **affinity),
     )

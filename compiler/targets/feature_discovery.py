@@ -72,7 +72,7 @@ def _daemon_set(resolved: ResolvedPolicy, node_class: ResolvedClass, config_map:
         "containers": [container],
         "nodeSelector": dict(node_class.node_selector),
         "priorityClassName": plugin.priority_class_name,
-        "tolerations": [t.model_dump(exclude_none=True) for t in plugin.tolerations],
+        "tolerations": objects.class_tolerations(plugin.tolerations, node_class),
         "volumes": volumes,
         **extra,
     }

@@ -252,7 +252,7 @@ def _daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, config_map:
         "nodeSelector": dict(node_class.node_selector),
         "priorityClassName": settings.priority_class_name,
         "serviceAccountName": ACCOUNT,
-        "tolerations": [t.model_dump(exclude_none=True) for t in settings.tolerations],
+        "tolerations": objects.class_tolerations(settings.tolerations, node_class),
         "volumes": volumes,
     }
     return objects.daemon_set(

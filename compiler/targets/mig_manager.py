@@ -126,7 +126,7 @@ def _daemon_set(resolved: ResolvedPolicy, node_class: ResolvedClass, image: str,
         # Its own node selector only: it must never select on a label it pauses (gpu.deploy.*).
         "nodeSelector": dict(node_class.node_selector),
         "priorityClassName": plugin.priority_class_name,
-        "tolerations": [t.model_dump(exclude_none=True) for t in plugin.tolerations],
+        "tolerations": objects.class_tolerations(plugin.tolerations, node_class),
         "volumes": [
             objects.host_path_volume("host-root", "/", "Directory"),
             objects.host_path_volume("host-sys", "/sys", "Directory"),

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from json_patch import apply_patch
 
 from cli.main import main
 
@@ -51,8 +52,8 @@ def test_the_seeds_deployment_is_denied_at_the_line_and_column_of_its_gpu_limit(
     assert first.startswith(f"{manifest}:16:15: error[shared-gpu-request-above-one]: Deployment nlp-inference "
                             '(namespace nlp): container "server" requests 2 nvidia.com/gpu;')
     assert first.endswith('(at spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"])')
-    assert hint == ("  hint: request nvidia.com/gpu: 1 per container: more shared replicas of one device add no "
-                    "compute; for 2 whole devices, add a node class with sharing: exclusive")
+    assert hint == ('  hint: request nvidia.com/gpu: 1 in container "server" (more shared replicas of one device add '
+                    "no compute; 2 whole GPUs need a class with sharing: exclusive)")
     assert out.out.splitlines()[-1] == "1 file(s) checked: 1 error(s), 0 warning(s)"
     assert "1 workload(s) checked: 1 denied" in out.err
 
@@ -123,7 +124,9 @@ def test_namespace_labels_from_the_flag_route_workloads_to_their_tenant(
 
 def test_objects_without_a_namespace_go_to_the_namespace_flag(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    manifest = write(tmp_path, "app.yaml", ONE_GPU.replace("  namespace: nlp\n", ""))
+    # Tolerating every taint, the pod may reach the whole-GPU class, which only some tenants may use.
+    manifest = write(tmp_path, "app.yaml", ONE_GPU.replace("  namespace: nlp\n", "").replace(
+        "      containers:\n", "      tolerations: [{operator: Exists}]\n      containers:\n"))
     args = ["admit", "-p", MIXED, manifest, "--namespace-labels", "lab=gpu-tier=research"]
     assert main(args) == 1  # namespace default: no tenant, whole GPUs are not among the default modes
     assert main([*args, "-n", "lab"]) == 0
@@ -153,7 +156,10 @@ spec:
 """
     manifest = write(tmp_path, "ray.yaml", ray)
     assert main(["admit", "-p", TKE, manifest]) == 0
-    assert capsys.readouterr().out.startswith(f"{manifest}:2:1: info[workload-not-checked]: RayCluster ray requests")
+    out = capsys.readouterr()
+    assert out.out.startswith(f"{manifest}:2:1: info[workload-not-checked]: RayCluster ray (ray.io API group) asks "
+                              "for nvidia.com/gpu in a kind whose pod templates gpupolicy does not read")
+    assert "0 workload(s) checked: 0 denied, 0 with warnings; 1 object(s) asking for GPUs not checked" in out.err
 
 
 @pytest.mark.parametrize(("limits", "product"), [
@@ -215,3 +221,124 @@ def test_the_allowed_tke_fixtures_admit_cleanly_and_a_denied_one_fails(capsys: p
     assert main(["admit", "-p", TKE, *tke]) == 0
     assert main(["admit", "-p", TKE, str(fixtures / "deny" / "hami-mig-3g20gb-pod.yaml")]) == 1
     assert "error[mig-strategy-mismatch]" in capsys.readouterr().out
+
+
+# --- answers that are true, complete and actionable ------------------------------------------------------------
+
+H20 = str(ROOT / "examples" / "clusters" / "h20-mig" / "cluster.yaml")
+JOB_8 = """\
+apiVersion: batch/v1
+kind: Job
+metadata: {name: big}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      tolerations: [{operator: Exists}]
+      containers:
+        - {name: train, image: train:1, resources: {limits: {nvidia.com/gpu: 8}}}
+"""
+
+
+def test_the_json_fix_applied_to_the_file_and_its_namespace_admits_the_workload(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import yaml
+
+    listed = {"apiVersion": "v1", "kind": "List", "items": [{"kind": "ConfigMap"}, yaml.safe_load(JOB_8)]}
+    manifest = write(tmp_path, "job.yaml", json.dumps(listed))
+    assert main(["admit", "-p", MIXED, manifest, "-O", "json"]) == 1
+    first = json.loads(capsys.readouterr().out)["diagnostics"][0]
+    assert first["hint"] == ("pin the pod to class h100-train with nodeSelector {node-pool: h100-train} and run it in "
+                             "a namespace of tenant prod (gpu-tier=prod)")
+    fix = first["fix"]
+    assert fix["jsonPatch"] == [{"op": "add", "path": "/items/1/spec/template/spec/nodeSelector",
+                                 "value": {"node-pool": "h100-train"}}]
+    assert fix["namespace"] == {"kind": "move-namespace", "tenant": "prod", "namespaceLabels": {"gpu-tier": "prod"}}
+    fixed = write(tmp_path, "fixed.yaml", json.dumps(apply_patch(listed, fix["jsonPatch"])))
+    labels = ",".join(f"{k}={v}" for k, v in fix["namespace"]["namespaceLabels"].items())
+    assert main(["admit", "-p", MIXED, fixed, "--namespace-labels", f"default={labels}"]) == 0
+    capsys.readouterr()
+
+
+def test_every_violation_is_reported_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = write(tmp_path, "hami.yaml", SEED.replace("nvidia.com/gpu: 2", "nvidia.com/gpu: 2\n"
+                                                         "              nvidia.com/gpumem: 3000"))
+    assert main(["admit", "-p", TKE, manifest]) == 1
+    out = capsys.readouterr().out
+    assert "error[gpu-request-unsatisfiable]" in out and "error[shared-gpu-request-above-one]" in out
+    hints = [line for line in out.splitlines() if line.startswith("  hint: ")]
+    assert len(hints) == 2 and hints[0] == hints[1]  # one fix admits it, and every finding offers it
+    assert "remove nvidia.com/gpumem" in hints[0] and 'request nvidia.com/gpu: 1 in container "server"' in hints[0]
+
+
+def test_every_object_asking_for_gpus_is_checked_or_said_to_be_unchecked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    objects = """\
+apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata: {generateName: train-}
+spec:
+  templates:
+    - {name: t, script: {image: python:3, source: print(1), resources: {limits: {nvidia.com/gpu: 1}}}}
+---
+apiVersion: serving.kserve.io/v1alpha1
+kind: LLMInferenceService
+metadata: {name: llama}
+spec: {template: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: "2"}}}]}}
+---
+apiVersion: machinelearning.seldon.io/v1
+kind: SeldonDeployment
+metadata: {name: sd}
+spec: {predictors: [{componentSpecs: [{spec: {containers: [{resources: {limits: {nvidia.com/gpu: 1}}}]}}]}]}
+"""
+    assert main(["admit", "-p", TKE, write(tmp_path, "crs.yaml", objects)]) == 0
+    out = capsys.readouterr()
+    assert out.out.count("info[workload-not-checked]") == 3
+    assert "Workflow train-* (argoproj.io API group) asks for nvidia.com/gpu" in out.out
+    assert "0 workload(s) checked: 0 denied, 0 with warnings; 3 object(s) asking for GPUs not checked" in out.err
+
+
+@pytest.mark.parametrize(("limits", "said"), [
+    ('nvidia.com/gpu: "0.5"', "must be an integer"),
+    ('nvidia.com/gpu: "\u0662"', "quantities must match the regular expression"),
+    ('nvidia.com/gpu: "1e31"', "more than any node it may run on offers"),
+])  # fmt: skip
+def test_ci_refuses_what_the_api_server_refuses_and_never_reads_an_amount_as_no_gpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], limits: str, said: str
+) -> None:
+    manifest = write(tmp_path, "d.yaml", SEED.replace("nvidia.com/gpu: 2", limits))
+    assert main(["admit", "-p", TKE, manifest]) == 1
+    assert said in capsys.readouterr().out
+
+
+def test_a_request_without_a_limit_is_refused_at_the_request(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = write(tmp_path, "d.yaml", SEED.replace("limits:", "requests:"))
+    assert main(["admit", "-p", TKE, manifest]) == 1
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith(f"{manifest}:16:15: error[gpu-request-invalid]: Deployment nlp-inference (namespace nlp): "
+                            'container "server" requests nvidia.com/gpu: 2 without a limit')
+    assert "Limit must be set for non overcommitable resources" in first
+
+
+def test_a_pod_naming_its_node_and_a_plain_pod_beside_the_tainted_pool(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    plain = ONE_GPU.replace("  namespace: nlp\n", "")
+    assert main(["admit", "-p", MIXED, write(tmp_path, "plain.yaml", plain)]) == 0  # h100-train is tainted
+    named = plain.replace("      containers:\n", "      nodeName: gpu-node-1\n      containers:\n")
+    assert main(["admit", "-p", MIXED, write(tmp_path, "named.yaml", named)]) == 1
+    out = capsys.readouterr().out
+    assert "the pod names node gpu-node-1 (spec.nodeName bypasses the scheduler)" in out
+    assert "scheduler may" not in out
+
+
+def test_a_namespace_outside_the_h20_tenant_is_told_to_move_not_to_ask_for_the_slot_it_may_not_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = write(tmp_path, "d.yaml", ONE_GPU.replace("nvidia.com/gpu", "nvidia.com/mig-1g.12gb"))
+    assert main(["admit", "-p", H20, manifest]) == 1
+    out = capsys.readouterr().out
+    assert "namespaces outside every tenant may not use mig+time-slicing GPUs" in out
+    assert "hint: run it in a namespace of tenant inference (gpu-tier=inference)" in out

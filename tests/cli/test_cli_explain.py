@@ -71,3 +71,18 @@ def test_the_vgpu_floor_shows_its_capacity_isolation_and_overhead_beside_the_oth
     assert "prod-mig: overhead ~2-3%" in out and "dev-ts: overhead ~10-15%" in out
     assert "platform-vgpu: vGPUs: up to 5 per GPU." in out
     assert "helm upgrade --install hami hami-charts/hami --version 2.10.0" in out
+
+
+def test_time_sliced_mig_has_one_name_in_explain_the_report_and_denials(capsys: pytest.CaptureFixture[str],
+                                                                       tmp_path: Path) -> None:
+    spec = CLUSTERS / "h20-mig" / "cluster.yaml"
+    assert main(["explain", str(spec)]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split()[:3] == ["h20", "NVIDIA-H20", "mig+time-slicing"]
+    report = json.loads((CLUSTERS / "h20-mig" / "out" / "report.json").read_text(encoding="utf-8"))
+    assert report["classes"][0]["mode"] == "mig+time-slicing"
+    assert "| h20 | NVIDIA-H20 | mig+time-slicing |" in (CLUSTERS / "h20-mig" / "out" / "REPORT.md").read_text()
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n"
+                   "    - {name: c, resources: {limits: {nvidia.com/mig-1g.12gb: 1}}}\n", encoding="utf-8")
+    assert main(["admit", "-p", str(spec), str(pod)]) == 1
+    assert "may not use mig+time-slicing GPUs" in capsys.readouterr().out

@@ -46,13 +46,15 @@ def test_json_output_follows_the_documented_shape(capsys: pytest.CaptureFixture[
             "file": str(TYPO),
             "line": 10,
             "column": 20,
+            "fix": None,
         }
     ]
 
 
 def test_json_output_is_documented() -> None:
     doc = (ROOT / "docs" / "validate-output.md").read_text()
-    for key in ("version", "summary", "diagnostics", "exitCode", "code", "severity", "hint", "path", "line", "column"):
+    for key in ("version", "summary", "diagnostics", "exitCode", "code", "severity", "hint", "path", "line", "column",
+                "fix"):
         assert f"`{key}`" in doc
 
 

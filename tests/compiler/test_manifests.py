@@ -109,6 +109,22 @@ def test_mps_classes_get_the_control_daemon_mps_root_and_a_config_that_names_it(
     assert not [p for p in tree if "mps-control-daemon" in p and "a100-mps" not in p]
 
 
+@pytest.mark.parametrize(("name", "pool"), [("mixed-fleet", "a100-mps"), ("vgpu-platform", "platform-vgpu"),
+                                          ("vgpu-platform", "prod-mig")])
+def test_every_agent_on_a_tainted_class_tolerates_its_taints_and_no_other_does(example_policy: Load, name: str,
+                                                                               pool: str) -> None:
+    # A DaemonSet pod that does not tolerate its nodes' taints never runs there: device plugin, MPS daemon, GFD,
+    # MIG manager and HAMi's plugin alike.
+    tainted = f"node-pool: {pool}\n      taints: [{{key: pool, value: {pool}, effect: NoSchedule}}]"
+    tree = compile_policy(example_policy(name, (f"node-pool: {pool}\n", tainted + "\n")))
+    sets = {path: obj for path, obj in objects(tree) if obj.get("kind") == "DaemonSet"}
+    toleration = {"key": "pool", "operator": "Equal", "value": pool, "effect": "NoSchedule"}
+    on_pool = {p for p, obj in sets.items() if obj["spec"]["template"]["spec"]["nodeSelector"].get("node-pool") == pool}
+    assert len(on_pool) >= 2, sorted(sets)
+    for path, obj in sets.items():
+        assert (toleration in obj["spec"]["template"]["spec"]["tolerations"]) is (path in on_pool), path
+
+
 def test_v0_14_0_gets_device_list_strategy_as_the_list_it_requires(example_policy: Load) -> None:
     policy = example_policy("tke-l20-t4", ("version: v0.14.5", "version: v0.14.0"))
     config = device_plugin.render_config(policy.spec.device_plugin, resolve(policy).classes[0])

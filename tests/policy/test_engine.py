@@ -66,9 +66,16 @@ def test_the_seeds_deployment_asking_two_gpus_on_the_time_sliced_tke_cluster_is_
         "time-slicing replicas per node), where the device plugin refuses more than 1 shared replica per container "
         "(failRequestsGreaterThanOne) and the kubelet fails the pod with UnexpectedAdmissionError.",
         SEED_PATH,
-        "request nvidia.com/gpu: 1 per container: more shared replicas of one device add no compute; for 2 whole "
-        "devices, add a node class with sharing: exclusive",
+        'request nvidia.com/gpu: 1 in container "server" (more shared replicas of one device add no compute; 2 '
+        "whole GPUs need a class with sharing: exclusive)",
+        fix=decision.diagnostics[0].fix,
     ),), "Deployment nlp-inference")  # fmt: skip
+    fix = decision.diagnostics[0].fix
+    assert fix is not None and fix.to_dict() == {
+        "edits": [{"kind": "set-resource", "path": "/spec/template/spec/containers/0", "resource": GPU, "count": 1,
+                   "fields": ["limits"]}],
+        "jsonPatch": [{"op": "add", "path": "/spec/template/spec/containers/0/resources/limits/nvidia.com~1gpu",
+                       "value": 1}]}
     assert decision.message == (
         "Deployment nlp-inference: [shared-gpu-request-above-one] " + decision.diagnostics[0].message
         + ' (at spec.template.spec.containers[0].resources.limits["nvidia.com/gpu"]) Fix: '
@@ -143,7 +150,7 @@ def test_a_denial_quotes_a_megabyte_field_value_in_a_bounded_message() -> None:
     assert len(message) <= 2 * 4000
     assert message.startswith("Deployment nnnn") and "[shared-gpu-request-above-one] container \"cccc" in message
     assert "more characters]" in message and "n" * (MAX_QUOTED_CHARS + 1) not in message
-    assert "c" * (MAX_QUOTED_CHARS + 1) not in message and message.endswith("sharing: exclusive")
+    assert "c" * (MAX_QUOTED_CHARS + 1) not in message and message.endswith("sharing: exclusive)")
 
 
 def test_a_denial_with_thousands_of_findings_is_capped_as_a_whole() -> None:
@@ -188,7 +195,8 @@ def test_a_namespace_two_tenants_select_gets_only_what_both_allow() -> None:
     engine = Engine(build_admission_policy(result.policy))
     tenants = engine.tenants_for({"gpu-tier": "prod", "lab": "yes"})
     assert tenants == ("prod", "research")
-    pinned_whole = deployment({GPU: 1}, nodeSelector={"node-pool": "h100-train"})
+    pinned_whole = deployment({GPU: 1}, nodeSelector={"node-pool": "h100-train"},
+                              tolerations=[{"key": "dedicated", "operator": "Exists"}])
     pinned_mps = deployment({GPU: 1}, nodeSelector={"node-pool": "a100-mps"})
     assert engine.evaluate(pinned_whole, tenants=tenants).allowed  # exclusive: both allow it
     denied = engine.evaluate(pinned_mps, tenants=tenants)           # mps: research yes, prod no
@@ -217,9 +225,18 @@ def test_an_update_that_only_scales_a_violating_deployment_is_allowed() -> None:
     new["spec"]["replicas"] = 10
     new["metadata"]["labels"] = {"rolled": "yes"}
     new["spec"]["template"]["spec"]["containers"][0]["image"] = "inference:2"
-    new["spec"]["template"]["spec"]["tolerations"] = [{"key": GPU, "operator": "Exists"}]
     decision = engine_for("tke-l20-t4").evaluate(new, operation="UPDATE", old_obj=old)
     assert decision == Decision(True, (), "Deployment nlp-inference")
+
+
+@pytest.mark.parametrize(("field", "value"), [("tolerations", [{"key": GPU, "operator": "Exists"}]),
+                                              ("nodeName", "gpu-node-1")])
+def test_an_update_that_changes_tolerations_or_the_node_is_evaluated(field: str, value: Any) -> None:
+    # Tolerations decide which tainted classes the pod reaches, and nodeName bypasses the scheduler.
+    old = deployment({GPU: 2})
+    new = copy.deepcopy(old)
+    new["spec"]["template"]["spec"][field] = value
+    assert not engine_for("tke-l20-t4").evaluate(new, operation="UPDATE", old_obj=old).allowed
 
 
 def test_an_update_that_changes_the_gpu_request_is_evaluated() -> None:
@@ -247,7 +264,7 @@ def test_an_update_without_a_readable_old_object_is_evaluated_like_a_create(old:
 @pytest.mark.parametrize("obj", [
     {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {"ports": []}},
     {"apiVersion": "ray.io/v1", "kind": "RayCluster",
-     "spec": {"workerGroupSpecs": [{"template": {"spec": {"containers": [{"resources": {"limits": {GPU: 9}}}]}}}]}},
+     "spec": {"workerGroupSpecs": [{"template": {"spec": {"containers": [{"resources": {"limits": {"cpu": 9}}}]}}}]}},
     deployment({"cpu": "1"}),
     {"apiVersion": "autoscaling/v1", "kind": "Scale"},
 ])  # fmt: skip

@@ -110,7 +110,7 @@ def test_without_a_default_count_a_memory_only_container_is_left_to_default_sche
         deployment(container(gpumem=8000)), tenants=PLATFORM)
     assert rules(decision) == ["hami-scheduler-bypassed"]
     assert "HAMi adds no vGPU count (defaultGPUNum is 0)" in decision.message
-    assert "add nvidia.com/gpu: 1" in decision.message
+    assert 'Fix: request nvidia.com/gpu: 1 in container "app"' in decision.message
 
 
 # ---- which classes a vGPU pod reaches ---------------------------------------------------------------------------
@@ -195,7 +195,7 @@ def test_memory_above_every_reachable_card_is_pending_and_the_hint_names_the_mos
     assert rules(decision) == ["vgpu-memory-unsatisfiable"]
     # The A100 registers 81920 x 0.9 = 73728 MiB, the L40S 46068.
     assert "l40s: 46068 MiB (NVIDIA-L40S); a100: 73728 MiB (NVIDIA-A100-SXM4-80GB)" in decision.message
-    assert "Fix: ask for at most 73728 (nvidia.com/gpumem: 73728)" in decision.message
+    assert 'Fix: request nvidia.com/gpumem: 73728 in container "app"' in decision.message
 
 
 def test_memory_one_class_holds_is_allowed_and_pinning_away_from_it_is_not() -> None:
@@ -203,19 +203,23 @@ def test_memory_one_class_holds_is_allowed_and_pinning_away_from_it_is_not() -> 
     assert e.evaluate(pod(container(gpu=1, gpumem=60000)), tenants=PLATFORM).allowed
     pinned = e.evaluate(pod(container(gpu=1, gpumem=60000), nodeSelector={"pool": "l40s"}), tenants=PLATFORM)
     assert rules(pinned) == ["vgpu-memory-unsatisfiable"]
-    assert "or pin the pod to class a100 with nodeSelector {pool: a100}" in pinned.message
+    # The pod's own nodeSelector is its intent: less memory is the smaller change than another class.
+    assert 'Fix: request nvidia.com/gpumem: 46068 in container "app"' in pinned.message
 
 
 def test_memory_with_a_unit_is_read_as_mib_and_dropped() -> None:
     decision = engine().evaluate(deployment(container(gpu=1, gpumem="8Gi")), tenants=PLATFORM)
     assert rules(decision) == ["vgpu-memory-unsatisfiable"]
-    assert "HAMi reads as 8589934592 MiB" in decision.message and "write 8192 for 8Gi" in decision.message
+    assert "HAMi reads as 8589934592 MiB" in decision.message
+    assert "Fix: request nvidia.com/gpumem: 8192 in container \"app\" (nvidia.com/gpumem counts MiB: 8192 is 8Gi)" \
+        in decision.message
 
 
 def test_a_small_suffixed_memory_fits_int32_but_not_a_card() -> None:
     decision = engine().evaluate(deployment(container(gpu=1, gpumem="100Mi")), tenants=PLATFORM)
     assert rules(decision) == ["vgpu-memory-unsatisfiable"]
-    assert "nvidia.com/gpumem counts MiB: write 100 for 100Mi" in decision.message
+    assert "request nvidia.com/gpumem: 100 in container \"app\" (nvidia.com/gpumem counts MiB: 100 is 100Mi)" \
+        in decision.message
 
 
 def test_memory_factor_multiplies_the_request() -> None:
@@ -241,7 +245,8 @@ def test_more_vgpus_than_gpus_per_node_is_pending_even_where_the_split_advertise
     assert e.evaluate(pod(container(gpu=8, gpumem=1000)), tenants=PLATFORM).allowed  # the A100 nodes have 8
     decision = e.evaluate(pod(container(gpu=6, gpumem=1000), nodeSelector={"pool": "l40s"}), tenants=PLATFORM)
     assert rules(decision) == ["vgpu-count-above-gpus"]  # 4 GPUs x 6 vGPUs = 24 advertised, 4 GPUs
-    assert "Fix: ask for at most 4 (nvidia.com/gpu: 4)" in decision.message
+    assert 'Fix: request nvidia.com/gpu: 4 in container "app" (for more memory or SMs on one GPU raise' \
+        in decision.message
 
 
 # ---- hami-resource-out-of-range ---------------------------------------------------------------------------------
@@ -290,8 +295,9 @@ def test_a_privileged_container_without_hami_resources_is_not_hamis_business() -
 @pytest.mark.parametrize(("annotations", "part"), [
     ({"nvidia.com/use-gputype": "H100"}, "e.g. L40S"),
     ({"nvidia.com/nouse-gputype": "L40S,A100"}, "leaves no GPU"),
-    ({"nvidia.com/vgpu-mode": "mig"}, "set it to hami-core"),
-    ({"hami.io/gpu-scheduler-policy": "binpack,topology"}, "did you mean topology-aware?"),
+    ({"nvidia.com/vgpu-mode": "mig"}, "Fix: set annotation nvidia.com/vgpu-mode to hami-core"),
+    ({"hami.io/gpu-scheduler-policy": "binpack,topology"},
+     "Fix: set annotation hami.io/gpu-scheduler-policy to binpack,topology-aware"),
     ({"hami.io/node-scheduler-policy": "pack"}, "silently reads as binpack"),
 ], ids=["use-gputype absent", "nouse-gputype all", "vgpu-mode mig", "unknown gpu policy", "unknown node policy"])
 def test_annotations_hami_would_pend_on_or_ignore(annotations: dict[str, str], part: str) -> None:

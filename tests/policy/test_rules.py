@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typing
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
@@ -93,7 +94,8 @@ def test_two_shared_gpus_in_one_container_are_denied_with_a_pin_to_whole_gpus(en
         "plugin refuses more than 1 shared replica per container (failRequestsGreaterThanOne) and the kubelet "
         "fails the pod with UnexpectedAdmissionError.",
         (*LIMIT, GPU),
-        "pin the pod to unshared devices with nodeSelector {pool: whole} (class whole), or request nvidia.com/gpu: 1",
+        "pin the pod to class whole with nodeSelector {pool: whole}",
+        fix=ANY,
     ),)  # fmt: skip
 
 
@@ -126,8 +128,8 @@ def test_a_time_sliced_class_without_fail_requests_greater_than_one_lets_two_rep
 def test_without_an_unshared_class_the_fix_is_one_gpu_or_an_exclusive_class() -> None:
     only_shared = engine_for(UNIT_POLICY.replace("sharing: exclusive", "sharing: {mps: {replicas: 2}}"))
     (d,) = found(only_shared, pod({GPU: 2}))
-    assert d.hint == ("request nvidia.com/gpu: 1 per container: more shared replicas of one device add no compute; "
-                      "for 2 whole devices, add a node class with sharing: exclusive")
+    assert d.hint == ('request nvidia.com/gpu: 1 in container "app" (more shared replicas of one device add no '
+                      "compute; 2 whole GPUs need a class with sharing: exclusive)")
     assert "whole (8 GPUs x 2 MPS replicas per node)" in d.message
 
 
@@ -137,10 +139,11 @@ def test_without_an_unshared_class_the_fix_is_one_gpu_or_an_exclusive_class() ->
 def test_a_tenant_whose_pod_may_land_on_a_disallowed_mode_is_denied_with_a_pin(engine: Engine) -> None:
     assert found(engine, pod({GPU: 1}), ("prod",)) == (Diagnostic(
         "tenant-sharing-mode-denied",
-        "tenant prod may not use time-slicing GPUs, where this pod may be scheduled. For nvidia.com/gpu the "
-        "scheduler may pick class ts (time-slicing); tenant prod may use exclusive and mig.",
+        "tenant prod may not use time-slicing GPUs, where this pod may run. For nvidia.com/gpu the "
+        "scheduler may place the pod on class ts (time-slicing); tenant prod may use exclusive and mig.",
         (*LIMIT, GPU),
         "pin the pod to class whole with nodeSelector {pool: whole}",
+        fix=ANY,
     ),)  # fmt: skip
 
 
@@ -151,22 +154,32 @@ def test_the_same_tenant_pinned_to_an_allowed_class_is_allowed(engine: Engine) -
 
 def test_a_class_outside_the_tenants_classes_is_denied_even_when_its_mode_is_allowed(engine: Engine) -> None:
     (d,) = found(engine, pod({GPU: 1}), ("dev",))
-    assert d.message.startswith("tenant dev may not use class whole, where this pod may be scheduled.")
+    assert d.message.startswith("tenant dev may not use class whole, where this pod may run.")
     assert d.hint == "pin the pod to class ts with nodeSelector {pool: ts}"
 
 
 def test_several_tenants_get_only_what_all_of_them_allow(engine: Engine) -> None:
     (d,) = found(engine, pod({GPU: 1}), ("prod", "dev"))
     assert d.message.startswith("tenants prod and dev together may not use time-slicing GPUs")
-    assert d.hint == ("no class tenants prod and dev together may use offers this request: ask the platform team "
-                      "to allow it")
+    # Nothing both tenants allow runs it; namespaces outside every tenant may use every mode here.
+    assert d.hint == "run it in a namespace no tenant selects"
 
 
 def test_an_unknown_tenant_may_use_nothing_and_the_message_says_so(engine: Engine) -> None:
     (d,) = found(engine, pod({GPU: 1}, nodeSelector={"pool": "whole"}), ("ghost",))
     assert d.code == "tenant-sharing-mode-denied"
     assert d.message == ("tenant ghost is not in the admission policy, so this pod may use no GPU. For "
-                         "nvidia.com/gpu the scheduler may pick class whole; tenant ghost may use no sharing mode.")
+                         "nvidia.com/gpu the scheduler may place the pod on class whole; tenant ghost may use no "
+                         "sharing mode.")
+
+
+def test_where_no_change_within_the_policy_admits_the_pod_the_hint_says_so_and_offers_no_fix() -> None:
+    # No tenant, and namespaces outside every tenant may use no GPU: nothing the pod could change helps.
+    closed = engine_for(UNIT_POLICY.split("  tenants:")[0] + "  admission: {defaultAllow: []}\n")
+    (d,) = found(closed, pod({GPU: 1}))
+    assert d.code == "tenant-sharing-mode-denied" and d.fix is None
+    assert d.hint == ("no change to this object within the policy admits it (gpupolicy tried every class, every "
+                      "tenant's namespaces and other GPU requests): ask the platform team to change the policy")
 
 
 def test_the_default_rules_apply_to_namespaces_of_no_tenant(engine: Engine) -> None:
@@ -184,16 +197,17 @@ def test_a_mig_profile_no_class_offers_is_unsatisfiable_with_the_nearest_profile
         "nvidia.com/mig-1g.5gb; mig: offers nvidia.com/mig-1g.10gb, not nvidia.com/mig-1g.5gb. Its scheduling events "
         'would read "Insufficient nvidia.com/mig-1g.5gb".',
         (*LIMIT, "nvidia.com/mig-1g.5gb"),
-        "request nvidia.com/mig-1g.10gb: 1 instead (offered by class mig)",
+        'request nvidia.com/mig-1g.10gb: 1 instead of nvidia.com/mig-1g.5gb in container "app"',
+        fix=ANY,
     ),)  # fmt: skip
 
 
 def test_more_gpus_than_any_node_offers_is_unsatisfiable_and_suggests_the_largest_node(engine: Engine) -> None:
-    (d,) = found(engine, pod({GPU: 9}))
-    assert d.code == "gpu-request-unsatisfiable"
-    assert "whole: offers at most 8 nvidia.com/gpu per node (8 GPUs per node)" in d.message
-    assert d.hint == ("request at most 8 nvidia.com/gpu per pod (class whole: 8 GPUs per node), or split the work "
-                      "across pods")
+    unsatisfiable, shared = found(engine, pod({GPU: 9}))
+    assert (unsatisfiable.code, shared.code) == ("gpu-request-unsatisfiable", "shared-gpu-request-above-one")
+    assert "whole: offers at most 8 nvidia.com/gpu per node (8 GPUs per node)" in unsatisfiable.message
+    # 8 fits only the whole-GPU class, so the pod then lands there alone and no shared class is in play.
+    assert unsatisfiable.hint == shared.hint == 'request nvidia.com/gpu: 8 in container "app"'
 
 
 def test_without_feature_discovery_a_gpu_label_selector_matches_no_node() -> None:
@@ -208,14 +222,15 @@ def test_without_feature_discovery_a_gpu_label_selector_matches_no_node() -> Non
 def test_a_selector_excluding_every_offering_class_is_located_at_the_selector(engine: Engine) -> None:
     (d,) = found(engine, pod({GPU: 1}, nodeSelector={"nvidia.com/gpu.product": "Tesla-T4"}))
     assert (d.code, d.path) == ("gpu-request-unsatisfiable", ("spec", "nodeSelector", "nvidia.com/gpu.product"))
-    assert d.hint == ("did you mean nvidia.com/gpu.product=Tesla-T4-SHARED? (GPU Feature Discovery appends -SHARED "
-                      "to the product of shared GPUs)")
+    assert d.hint == ("set nodeSelector nvidia.com/gpu.product: Tesla-T4-SHARED (GPU Feature Discovery appends "
+                      "-SHARED to the product of shared GPUs)")
 
 
 def test_hamis_memory_resource_is_unsatisfiable_and_named_as_hamis(engine: Engine) -> None:
     (d,) = found(engine, pod({GPU: 1, "nvidia.com/gpumem": 4000}))
     assert (d.code, d.path) == ("gpu-request-unsatisfiable", (*LIMIT, "nvidia.com/gpumem"))
-    assert d.hint.startswith("nvidia.com/gpumem is HAMi's resource, not advertised by the NVIDIA device plugin")
+    assert "nvidia.com/gpumem is HAMi's resource, not advertised by the NVIDIA device plugin" in d.message
+    assert d.hint == 'remove nvidia.com/gpumem from container "app"'
 
 
 def test_resources_no_single_class_offers_together_are_unsatisfiable(engine: Engine) -> None:
@@ -242,7 +257,8 @@ def test_a_selector_on_a_label_no_class_knows_cannot_exclude(engine: Engine) -> 
 def test_plain_gpus_on_mixed_mig_nodes_are_a_strategy_mismatch(engine: Engine) -> None:
     (d,) = found(engine, pod({GPU: 1}, nodeSelector={"pool": "mig"}))
     assert (d.code, d.path, d.hint) == ("mig-strategy-mismatch", (*LIMIT, GPU),
-                                        "request nvidia.com/mig-1g.10gb: 1 instead")
+                                        'request nvidia.com/mig-1g.10gb: 1 instead of nvidia.com/gpu in container '
+                                        '"app"')
 
 
 def test_a_mig_resource_where_mig_uses_the_single_strategy_is_a_strategy_mismatch() -> None:
@@ -250,7 +266,7 @@ def test_a_mig_resource_where_mig_uses_the_single_strategy_is_a_strategy_mismatc
     (d,) = found(single, pod({"nvidia.com/mig-1g.10gb": 1}))
     assert d.code == "mig-strategy-mismatch"
     assert "Class mig uses the MIG single strategy" in d.message
-    assert d.hint == "request nvidia.com/gpu: 1 instead, and pin the pod to class mig with nodeSelector {pool: mig}"
+    assert d.hint == 'request nvidia.com/gpu: 1 instead of nvidia.com/mig-1g.10gb in container "app"'
 
 
 def test_a_mig_resource_where_no_class_runs_mig_is_a_strategy_mismatch() -> None:
@@ -258,7 +274,7 @@ def test_a_mig_resource_where_no_class_runs_mig_is_a_strategy_mismatch() -> None
         "sharing: {mig: {strategy: mixed, layout: {1g.10gb: 7}}}", "sharing: exclusive"))
     (d,) = found(no_mig, pod({"nvidia.com/mig-3g.20gb": 1}))
     assert d.code == "mig-strategy-mismatch"
-    assert d.hint == "request nvidia.com/gpu: 1 instead: this cluster's GPUs are advertised as nvidia.com/gpu"
+    assert d.hint == 'request nvidia.com/gpu: 1 instead of nvidia.com/mig-3g.20gb in container "app"'
 
 
 # ---- placement against a class's known labels ----------------------------------------------------------------------

@@ -9,7 +9,15 @@ import pytest
 from pod_controllers import CONTROLLERS
 
 from policy import workloads
-from policy.quantity import parse_count, parse_quantity
+from policy.quantity import (
+    FORMAT_ERROR,
+    NEGATIVE_ERROR,
+    NOT_INTEGER_ERROR,
+    SUFFIX_ERROR,
+    count_problem,
+    parse_count,
+    parse_quantity,
+)
 from policy.workloads import (
     AffinityTerm,
     Amount,
@@ -17,6 +25,7 @@ from policy.workloads import (
     GpuRequest,
     NodeRequirement,
     Placement,
+    RequestProblem,
     find_workload,
     read_gpu_request,
     read_placement,
@@ -54,17 +63,34 @@ def request_of(spec: dict[str, Any]) -> GpuRequest:
 
 @pytest.mark.parametrize(("value", "count"), [
     (1, 1), ("1", 1), ("2", 2), (" 3 ", 3), (1.0, 1), ("1k", 1000), ("1000m", 1), ("2e1", 20), ("1Ki", 1024),
-    ("0", 0), ("+4", 4),
+    ("0", 0), ("+4", 4), ("1E", 10**18), ("1e+3", 1000), ("1.", 1), (".5k", 500), ("\u00a01\n", 1),
+    # JSON null is a zero quantity (Quantity.UnmarshalJSON); huge amounts are amounts, refused by no node only.
+    (None, 0), ("1e31", 10**31), (1e31, int(1e31)), ("9" * 100, int("9" * 100)),
 ])  # fmt: skip
 def test_gpu_counts_are_read_from_numbers_and_kubernetes_quantities(value: Any, count: int) -> None:
     assert parse_count(value) == count
 
 
 @pytest.mark.parametrize("value", [
-    "1.5", 0.5, "-1", -2, "one", "", "1x", True, None, [], {}, float("nan"), float("inf"), "1e999", "9" * 100,
+    "1.5", 0.5, "-1", -2, "one", "", "1x", True, [], {}, float("nan"), float("inf"), "1e-10", "1ki", "1e",
+    "1.2.3", "\u0662", "\uff11", "1m5", "0x10", "x" * 300,
 ])  # fmt: skip
 def test_values_the_api_server_would_refuse_as_device_counts_are_not_counted(value: Any) -> None:
     assert parse_count(value) is None
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ("\u0662", FORMAT_ERROR),  # Arabic-Indic two: the grammar is ASCII digits only
+    ("two", FORMAT_ERROR), (True, FORMAT_ERROR), ([1], FORMAT_ERROR), ("1.2.3", FORMAT_ERROR),
+    ("1ki", SUFFIX_ERROR), ("1e", SUFFIX_ERROR), ("1e99999999999999999999", SUFFIX_ERROR),
+    ("0.5", NOT_INTEGER_ERROR), (0.5, NOT_INTEGER_ERROR), ("1500m", NOT_INTEGER_ERROR), ("-1", NEGATIVE_ERROR),
+])  # fmt: skip
+def test_each_refused_amount_carries_the_api_servers_reason(value: Any, reason: str) -> None:
+    assert count_problem(value) == (None, reason)
+
+
+def test_an_exponent_wraps_to_32_bits_as_parse_quantity_keeps_it() -> None:
+    assert parse_count(f"1e{2**32 + 2}") == 100  # int32(4294967298) == 2
 
 
 def test_quantities_keep_their_exact_fractional_value() -> None:
@@ -119,13 +145,15 @@ def test_malformed_objects_have_no_pod_spec(obj: Any) -> None:
     assert find_workload(obj) is None
 
 
-def test_known_crds_that_wrap_pod_templates_are_recognised_and_their_gpu_requests_seen() -> None:
+def test_gpu_requests_are_found_anywhere_in_an_object_of_any_kind() -> None:
     ray = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
            "spec": {"workerGroupSpecs": [{"template": {"spec": pod_spec()}}]}}
-    assert workloads.wraps_pod_templates(ray)
-    assert workloads.requests_gpus_anywhere(ray["spec"])
-    assert not workloads.wraps_pod_templates({"apiVersion": "example.com/v1", "kind": "RayCluster"})
-    assert not workloads.requests_gpus_anywhere({"resources": {"limits": {"cpu": "1"}}})
+    argo = {"kind": "Workflow", "spec": {"templates": [{"script": {"resources": {"requests": {
+        "nvidia.com/mig-1g.10gb": 1}, "limits": {GPU: 1}}}}]}}
+    assert workloads.gpu_resources_anywhere(ray) == (GPU,)
+    assert workloads.gpu_resources_anywhere(argo) == (GPU, "nvidia.com/mig-1g.10gb")
+    assert workloads.gpu_resources_anywhere({"resources": {"limits": {"cpu": "1"}}}) == ()
+    assert workloads.gpu_resources_anywhere({"nodeSelector": {"nvidia.com/gpu.product": "x"}}) == ()
 
 
 # ---- GPU requests ------------------------------------------------------------------------------------------------
@@ -187,6 +215,35 @@ def test_requests_alone_are_read_and_limits_win_when_both_are_given() -> None:
     assert both.totals == ((GPU, 3),)
 
 
+CONTAINER = ("spec", "containers", 0)
+
+
+@pytest.mark.parametrize(("resources", "problem"), [
+    ({"requests": {GPU: "2"}},
+     RequestProblem("limit-missing", "a", CONTAINER, GPU, "requests", "2",
+                    "Limit must be set for non overcommitable resources")),
+    ({"requests": {GPU: 2}, "limits": {GPU: 1}},
+     RequestProblem("request-differs", "a", CONTAINER, GPU, "requests", 2,
+                    "must be equal to nvidia.com/gpu limit of 1", 1)),
+    ({"limits": {GPU: "0.5"}},
+     RequestProblem("not-integer", "a", CONTAINER, GPU, "limits", "0.5", "must be an integer")),
+    ({"limits": {GPU: "\u0662"}},
+     RequestProblem("unreadable", "a", CONTAINER, GPU, "limits", "\u0662", FORMAT_ERROR)),
+    ({"limits": {GPU: -1}},
+     RequestProblem("negative", "a", CONTAINER, GPU, "limits", -1, "must be greater than or equal to 0")),
+])  # fmt: skip
+def test_amounts_the_api_server_refuses_are_recorded_with_its_reason_and_never_dropped(
+        resources: dict[str, Any], problem: RequestProblem) -> None:
+    request = request_of({"containers": [{"name": "a", "resources": resources}]})
+    assert request.problems == (problem,) and not request.empty
+    assert problem.path == (*CONTAINER, "resources", problem.field, GPU)
+
+
+def test_a_valid_limit_still_counts_beside_a_refused_request() -> None:
+    request = request_of({"containers": [{"name": "a", "resources": {"requests": {GPU: "x"}, "limits": {GPU: 2}}}]})
+    assert request.totals == ((GPU, 2),) and [p.kind for p in request.problems] == ["unreadable"]
+
+
 def test_only_nvidia_resources_are_counted_and_zero_requests_drop_out() -> None:
     request = request_of({"containers": [{"name": "a", "resources": {"limits": {
         "amd.com/gpu": 1, "nvidia.com/mig-1g.10gb": 1, "nvidia.com/gpumem": "3000", GPU: 0}}}]})
@@ -196,11 +253,11 @@ def test_only_nvidia_resources_are_counted_and_zero_requests_drop_out() -> None:
 @pytest.mark.parametrize("spec", [
     {"containers": "app"},
     {"containers": [None, 3, "x", {"resources": "lots"}, {"resources": {"limits": [1]}}]},
-    {"containers": [{"resources": {"limits": {GPU: "one", 5: 1}}}]},
+    {"containers": [{"resources": {"limits": {5: 1, "cpu": "x"}}}]},
     {"initContainers": {"a": 1}, "containers": [{"resources": None}]},
     {},
 ])  # fmt: skip
-def test_malformed_containers_and_quantities_are_skipped(spec: dict[str, Any]) -> None:
+def test_malformed_containers_and_keys_that_are_not_nvidia_resources_are_skipped(spec: dict[str, Any]) -> None:
     assert request_of(spec).empty
 
 
@@ -244,8 +301,8 @@ def test_required_node_affinity_terms_are_read_with_every_operator() -> None:
             NodeRequirement("pool", "NotIn", ("x",), (*base, 0, "matchExpressions", 0)),
             NodeRequirement("gpus", "Gt", ("3",), (*base, 0, "matchExpressions", 1)),
             NodeRequirement("gone", "DoesNotExist", (), (*base, 0, "matchExpressions", 3)),
-        ), False, (*base, 0)),
-        AffinityTerm((), True, (*base, 1)),
+        ), False, (*base, 0), 4),
+        AffinityTerm((), True, (*base, 1), 0),
     )  # fmt: skip
 
 

@@ -99,7 +99,9 @@ def test_a_denied_review_is_answered_200_with_allowed_false_and_a_403_status(
     assert response.status_code == 200
     assert response.json["response"] == {
         "uid": "u-2", "allowed": False,
-        "status": {"code": 403, "reason": "Forbidden", "message": DENIAL.message},
+        "status": {"code": 403, "reason": "Forbidden", "message": DENIAL.message,
+                   "details": {"kind": "Deployment", "name": "trainer", "causes": [
+                       {"reason": "shared-gpu-request-above-one", "message": "", "field": ""}]}},
     }
 
 

@@ -112,8 +112,8 @@ def test_a_deployment_asking_only_for_memory_is_allowed_before_hami_sees_its_pod
 
 @pytest.mark.parametrize(("obj", "rule", "part"), [
     (hami_mutation(pod(gpu(gpumem=60000))), "vgpu-memory-unsatisfiable", "platform-vgpu: 46068 MiB"),
-    (hami_mutation(pod(gpu(gpumem="8Gi"))), "vgpu-memory-unsatisfiable", "write 8192 for 8Gi"),
-    (hami_mutation(pod(gpu(gpu=5, gpumem=4000))), "vgpu-count-above-gpus", "ask for at most 4"),
+    (hami_mutation(pod(gpu(gpumem="8Gi"))), "vgpu-memory-unsatisfiable", "request nvidia.com/gpumem: 8192"),
+    (hami_mutation(pod(gpu(gpu=5, gpumem=4000))), "vgpu-count-above-gpus", "request nvidia.com/gpu: 4"),
     (hami_mutation(pod(gpu(gpumem=4000, cores=150))), "hami-resource-out-of-range", "clamps it to 100"),
     (hami_mutation(pod(gpu(gpumem=4000, priority=5))), "hami-resource-out-of-range", "0 (high) and 1 (low)"),
     (hami_mutation(pod(gpu(gpumem=4000, percent=40))), "hami-resource-out-of-range", "uses nvidia.com/gpumem alone"),
@@ -122,9 +122,9 @@ def test_a_deployment_asking_only_for_memory_is_allowed_before_hami_sees_its_pod
     (hami_mutation(pod(gpu(gpumem=4000), annotations={"nvidia.com/use-gputype": "A100,V100"})),
      "hami-annotation-invalid", "e.g. L40S"),
     (hami_mutation(pod(gpu(gpumem=4000), annotations={"nvidia.com/vgpu-mode": "mig"})),
-     "hami-annotation-invalid", "set it to hami-core"),
+     "hami-annotation-invalid", "set annotation nvidia.com/vgpu-mode to hami-core"),
     (hami_mutation(pod(gpu(gpumem=4000), annotations={"hami.io/node-scheduler-policy": "spreed"})),
-     "hami-annotation-invalid", "did you mean spread?"),
+     "hami-annotation-invalid", "set annotation hami.io/node-scheduler-policy to spread"),
     (hami_mutation(pod(gpu(gpumem=4000), schedulerName="volcano")), "hami-scheduler-bypassed",
      "names scheduler volcano"),
     (pod(gpu(gpu=1, gpumem=4000)), "hami-scheduler-bypassed", "did not send it to hami-scheduler"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -180,7 +181,29 @@ def test_a_denial_is_a_403_forbidden_with_the_engine_message_and_every_rule_that
     assert verdict == review.Verdict(
         allowed=False, code=403, reason="Forbidden", message=DENIAL.message,
         rules=(("shared-gpu-request-above-one", "deny"), ("gpu-request-unsatisfiable", "deny")),
+        causes=({"reason": "shared-gpu-request-above-one", "message": "", "field": ""},
+                {"reason": "gpu-request-unsatisfiable", "message": "", "field": ""}),
     )
+
+
+def test_each_denying_finding_is_a_status_cause_followed_by_its_fix_as_json() -> None:
+    @dataclass(frozen=True)
+    class Remedy:
+        def to_dict(self) -> dict[str, Any]:
+            return {"edits": [], "jsonPatch": [{"op": "add", "path": "/spec/nodeSelector", "value": {"a": "b"}}]}
+
+    decision = FakeDecision(allowed=False, diagnostics=(
+        FakeDiagnostic("tenant-sharing-mode-denied", message="tenant dev may not use mps GPUs",
+                       path=("spec", "containers", 0, "resources", "limits", "nvidia.com/gpu"), fix=Remedy()),
+        FakeDiagnostic("shared-gpu-request-above-one", "warning", "two shared GPUs")))
+    rv = parse(admission_review(workload("Pod")))
+    answer = review.build_response(rv, review.decide(rv, ScriptedEngine(decision)))
+    where = 'spec.containers[0].resources.limits["nvidia.com/gpu"]'
+    assert answer["response"]["status"]["details"] == {"kind": "Pod", "name": "trainer", "causes": [
+        {"reason": "tenant-sharing-mode-denied", "message": "tenant dev may not use mps GPUs", "field": where},
+        {"reason": review.FIX_CAUSE, "field": where,
+         "message": '{"edits":[],"jsonPatch":[{"op":"add","path":"/spec/nodeSelector","value":{"a":"b"}}]}'},
+    ]}
 
 
 def test_a_denial_without_an_engine_message_still_names_the_object_and_rules() -> None:

@@ -141,6 +141,8 @@ class FakeDiagnostic:
     code: str
     severity: str = "error"
     message: str = ""
+    path: tuple[str | int, ...] = ()
+    fix: Any = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,366 @@
+"""Fixes: the typed edits a hint stands for, applied to the admitted object (or its namespace) mechanically.
+
+A finding's hint is rendered from its Fix, so the text and the edit cannot disagree; the engine keeps a Fix
+only after applying it to the object and re-running every rule on the result (policy/remedies.py). Each edit
+applies itself to a copy of the object and records what it did as RFC 6902 JSON Patch operations (paths are
+RFC 6901 pointers into the object), which `gpupolicy admit --output json` and the webhook hand out.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar
+
+from policy.diagnostics import Path, value_at
+from policy.workloads import NodeTaint
+
+PatchOp = dict[str, Any]
+"""A JSON Patch operation whose ``path`` is kept as a tuple until the fix is written out (Fix.to_dict)."""
+Doc = dict[str, Any]
+
+
+def pointer(path: Path) -> str:
+    """An RFC 6901 JSON pointer: ``/spec/containers/0/resources/limits/nvidia.com~1gpu``."""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)
+
+
+def _rooted(root: Path, path: Path) -> str:
+    return pointer((*root, *path))
+
+
+def _join(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+# --- copy-on-write access into a shared object --------------------------------------------------------------------
+
+
+def _writable(doc: Doc, path: Path) -> Any:
+    """The container at ``path``, every level on the way copied first, so an edit never touches the parts the
+    copy shares with the original object; None where the path is absent."""
+    current: Any = doc
+    for part in path:
+        child = value_at(current, (part,))
+        if not isinstance(child, dict | list):
+            return None
+        child = dict(child) if isinstance(child, dict) else list(child)
+        current[part] = child
+        current = child
+    return current
+
+
+def _put(doc: Doc, path: Path, value: Any) -> PatchOp:
+    """Set ``path`` to ``value``; a missing parent mapping (nodeSelector, limits) is created with it."""
+    parent = _writable(doc, path[:-1])
+    if isinstance(parent, dict):
+        parent[path[-1]] = value
+        return {"op": "add", "path": path, "value": value}
+    grand = _writable(doc, path[:-2])
+    grand[path[-2]] = {path[-1]: value}
+    return {"op": "add", "path": path[:-1], "value": {path[-1]: value}}
+
+
+def _remove(doc: Doc, path: Path) -> list[PatchOp]:
+    """Remove ``path``; nothing (and no op, which JSON Patch would refuse) where it is absent."""
+    if value_at(doc, path) is None and not _present(doc, path):
+        return []
+    parent = _writable(doc, path[:-1])
+    del parent[path[-1]]
+    return [{"op": "remove", "path": path}]
+
+
+def _present(doc: Doc, path: Path) -> bool:
+    parent = value_at(doc, path[:-1])
+    if isinstance(parent, dict):
+        return path[-1] in parent
+    return isinstance(parent, list) and isinstance(path[-1], int) and 0 <= path[-1] < len(parent)
+
+
+# --- placement -------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SetNodeSelector:
+    """Set one nodeSelector entry of the pod spec."""
+
+    spec_path: Path
+    key: str
+    value: str
+    overrides: bool = False
+    """The pod's nodeSelector already names the key with another value (the object's stated intent)."""
+    kind: ClassVar[str] = "set-node-selector"
+
+    def apply(self, doc: Doc) -> list[PatchOp]:
+        return [_put(doc, (*self.spec_path, "nodeSelector", self.key), self.value)]
+
+    def describe(self) -> str:
+        return f"set nodeSelector {self.key}: {self.value}"
+
+    def to_dict(self, root: Path = ()) -> dict[str, Any]:
+        return {"kind": self.kind, "path": _rooted(root, (*self.spec_path, "nodeSelector", self.key)),
+                "value": self.value}
+
+
+@dataclass(frozen=True)
+class AddToleration:
+    """Add a toleration of one taint to the pod spec."""
+
+    spec_path: Path
+    key: str
+    operator: str
+    value: str
+    effect: str
+    kind: ClassVar[str] = "add-toleration"
+
+    @property
+    def toleration(self) -> dict[str, str]:
+        found = {"key": self.key, "operator": self.operator, "effect": self.effect}
+        return {**found, "value": self.value} if self.operator == "Equal" else found
+
+    def apply(self, doc: Doc) -> list[PatchOp]:
+        path = (*self.spec_path, "tolerations")
+        have = _writable(doc, path)
+        if isinstance(have, list):
+            have.append(self.toleration)
+            return [{"op": "add", "path": (*path, "-"), "value": self.toleration}]
+        return [_put(doc, path, [self.toleration])]
+
+    def describe(self) -> str:
+        return f"tolerate the taint {NodeTaint(self.key, self.value, self.effect).describe()}"
+
+    def to_dict(self, root: Path = ()) -> dict[str, Any]:
+        return {"kind": self.kind, "path": _rooted(root, (*self.spec_path, "tolerations")), "value": self.toleration}
+
+
+@dataclass(frozen=True)
+class Pin:
+    """Send the pod to one class: its nodeSelector entries, what must go for them to hold, and the taints of
+    its nodes to tolerate."""
+
+    node_class: str
+    edits: tuple[SetNodeSelector | RemovePlacement | AddToleration, ...]
+
+    def describe(self) -> str:
+        entries = [e for e in self.edits if isinstance(e, SetNodeSelector)]
+        rest = [e.describe() for e in self.edits if not isinstance(e, SetNodeSelector)]
+        if not entries:
+            return f"{_join(rest)} (class {self.node_class})"
+        text = (f"pin the pod to class {self.node_class} with nodeSelector {{"
+                + ", ".join(f"{e.key}: {e.value}" for e in entries) + "}")
+        return f"{text}, {_join(rest)}" if rest else text
+
+
+# --- other fields the rules read -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SetField:
+    """Set one field of the object a rule reads (a scheduler name, an annotation) to a value."""
+
+    path: Path
+    value: str
+    what: str
+    """``schedulerName``, ``annotation nvidia.com/vgpu-mode``: the field as the hint names it."""
+    kind: ClassVar[str] = "set-field"
+
+    def apply(self, doc: Doc) -> list[PatchOp]:
+        return [_put(doc, self.path, self.value)]
+
+    def describe(self) -> str:
+        return f"set {self.what} to {self.value}"
+
+    def to_dict(self, root: Path = ()) -> dict[str, Any]:
+        return {"kind": self.kind, "path": _rooted(root, self.path), "value": self.value}
+
+
+@dataclass(frozen=True)
+class RemoveField:
+    """Remove one field of the object a rule reads (spec.nodeName, a container's privileged flag, an annotation)."""
+
+    path: Path
+    what: str
+    kind: ClassVar[str] = "remove-field"
+
+    def apply(self, doc: Doc) -> list[PatchOp]:
+        return _remove(doc, self.path)
+
+    def describe(self) -> str:
+        return f"remove {self.what}"
+
+    def to_dict(self, root: Path = ()) -> dict[str, Any]:
+        return {"kind": self.kind, "path": _rooted(root, self.path)}
+
+
+@dataclass(frozen=True)
+class RemovePlacement(RemoveField):
+    """Remove a nodeSelector entry, a node-affinity expression or term, or the whole required node affinity
+    (``what``: ``nodeSelector nvidia.com/gpu.product=Tesla-T4``, as the hint names it)."""
+
+    kind: ClassVar[str] = "remove-placement"
+
+
+# --- the GPU request -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SetAmount:
+    """Write one amount into a container's limits, and into its requests where it has one (they must be equal)."""
+
+    container_path: Path
+    container: str
+    resource: str
+    count: int
+    fields: tuple[str, ...] = ("limits",)
+    """``limits``, plus ``requests`` where the container's requests name the resource too."""
+    kind: ClassVar[str] = "set-resource"
+
+    def apply(self, doc: Doc) -> list[PatchOp]:
+        return [_put(doc, (*self.container_path, "resources", f, self.resource), self.count) for f in self.fields]
+
+    def describe(self) -> str:
+        both = " (limits and requests)" if "requests" in self.fields else ""
+        return f'request {self.resource}: {self.count} in container "{self.container}"{both}'
+
+    def to_dict(self, root: Path = ()) -> dict[str, Any]:
+        return {"kind": self.kind, "path": _rooted(root, self.container_path), "resource": self.resource,
+                "count": self.count, "fields": list(self.fields)}
+
+
+@dataclass(frozen=True)
+class RenameResource:
+    """Ask for another resource instead of one a container names, in its limits and requests alike."""
+
+    container_path: Path
+    container: str
+    resource: str
+    instead: str
+    count: int
+    fields: tuple[str, ...] = ("limits",)
+    """Where the new resource is written: ``limits``, plus ``requests`` where the old one was requested too."""
+    kind: ClassVar[str] = "rename-resource"
+
+    def apply(self, doc: Doc) -> list[PatchOp]:
+        resources = (*self.container_path, "resources")
+        ops = [op for f in ("limits", "requests") for op in _remove(doc, (*resources, f, self.resource))]
+        return ops + [_put(doc, (*resources, f, self.instead), self.count) for f in self.fields]
+
+    def describe(self) -> str:
+        return f'request {self.instead}: {self.count} instead of {self.resource} in container "{self.container}"'
+
+    def to_dict(self, root: Path = ()) -> dict[str, Any]:
+        return {"kind": self.kind, "path": _rooted(root, self.container_path), "resource": self.resource,
+                "instead": self.instead, "count": self.count, "fields": list(self.fields)}
+
+
+@dataclass(frozen=True)
+class RemoveResource:
+    """Drop one resource from a container's limits and requests."""
+
+    container_path: Path
+    container: str
+    resource: str
+    kind: ClassVar[str] = "remove-resource"
+
+    def apply(self, doc: Doc) -> list[PatchOp]:
+        return [op for f in ("limits", "requests") for op in _remove(doc, (*self.container_path, "resources", f,
+                                                                           self.resource))]
+
+    def describe(self) -> str:
+        return f'remove {self.resource} from container "{self.container}"'
+
+    def to_dict(self, root: Path = ()) -> dict[str, Any]:
+        return {"kind": self.kind, "path": _rooted(root, self.container_path), "resource": self.resource}
+
+
+# --- the namespace ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MoveNamespace:
+    """Run the object in a namespace with other labels: one a given tenant selects, or one no tenant selects."""
+
+    tenant: str | None
+    labels: tuple[tuple[str, str], ...]
+    """Labels such a namespace carries (one example that the tenant's selector, and no other, matches)."""
+    selector: str = ""
+    kind: ClassVar[str] = "move-namespace"
+
+    def apply(self, doc: Doc) -> list[PatchOp]:
+        return []  # the object is unchanged: the verdict changes with the namespace's tenants
+
+    def describe(self) -> str:
+        if self.tenant is None:
+            return "run it in a namespace no tenant selects"
+        return f"run it in a namespace of tenant {self.tenant} ({self.selector})"
+
+    def to_dict(self, root: Path = ()) -> dict[str, Any]:
+        return {"kind": self.kind, "tenant": self.tenant, "namespaceLabels": dict(self.labels)}
+
+
+Edit = (SetNodeSelector | RemovePlacement | AddToleration | SetField | RemoveField | SetAmount | RenameResource
+        | RemoveResource | MoveNamespace)
+Step = Edit | Pin
+
+
+@dataclass(frozen=True)
+class Fix:
+    """Edits that, applied together, admit the object; ``patch`` is filled in once the engine applied them."""
+
+    steps: tuple[Step, ...]
+    note: str = ""
+    """Why, in a few words, appended to the hint in parentheses."""
+    patch: tuple[PatchOp, ...] = ()
+    """The object edits as JSON Patch operations on the object the fix was found for."""
+    root: Path = ()
+    """Where that object sits in the document a reader holds (``items/3`` of a List); paths are prefixed with it."""
+
+    @functools.cached_property
+    def edits(self) -> tuple[Edit, ...]:
+        return tuple(e for s in self.steps for e in (s.edits if isinstance(s, Pin) else (s,)))
+
+    @functools.cached_property
+    def namespace(self) -> MoveNamespace | None:
+        return next((e for e in self.edits if isinstance(e, MoveNamespace)), None)
+
+    @functools.cached_property
+    def cost(self) -> tuple[int, int, int, int]:
+        """How much the fix changes, to prefer the least: whether it drops or overrides what the object states
+        (its placement, its scheduler, ...: its intent), changes the GPU request, moves the namespace; then its
+        number of steps."""
+        edits = self.edits
+        overrides = any(isinstance(e, SetField | RemoveField)
+                        or (isinstance(e, SetNodeSelector) and e.overrides) for e in edits)
+        changes_request = any(isinstance(e, SetAmount | RenameResource | RemoveResource) for e in edits)
+        return int(overrides), int(changes_request), int(self.namespace is not None), len(self.steps)
+
+    def then(self, other: Fix) -> Fix:
+        """This fix's steps, then the other's (notes joined)."""
+        notes = "; ".join(dict.fromkeys(n for n in (self.note, other.note) if n))
+        return Fix((*self.steps, *other.steps), notes, (*self.patch, *other.patch))
+
+    def describe(self) -> str:
+        text = _join([s.describe() for s in self.steps])
+        return f"{text} ({self.note})" if self.note else text
+
+    def apply(self, obj: Mapping[str, Any]) -> tuple[Doc, tuple[PatchOp, ...]]:
+        """A copy of ``obj`` with every edit made (sharing the parts no edit touches), and the operations."""
+        doc = dict(obj)
+        ops = [op for edit in self.edits for op in edit.apply(doc)]
+        return doc, tuple(ops)
+
+    def under(self, prefix: Path) -> Fix:
+        """The same fix for a reader holding the object at ``prefix`` of a larger document."""
+        return replace(self, root=(*prefix, *self.root))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fix as data: the typed edits, the JSON Patch, and the namespace to move to, if any."""
+        out: dict[str, Any] = {
+            "edits": [e.to_dict(self.root) for e in self.edits if not isinstance(e, MoveNamespace)],
+            "jsonPatch": [{**op, "path": pointer((*self.root, *op["path"]))} for op in self.patch],
+        }
+        if self.namespace is not None:
+            out["namespace"] = self.namespace.to_dict()
+        return out
+

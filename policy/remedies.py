@@ -1,0 +1,609 @@
+"""Remedies: one fix per object with findings, chosen by trying edits on it and re-running every rule.
+
+First the edits the rules proposed with their findings (a rule that knows the one value at fault, such as HAMi's
+scheduler name or a privileged flag, proposes its correction; each alone, then all together). Then two kinds
+of candidates, cheapest change first (see _cost). Targeted ones, for the first finding:
+a repair of the value at fault (a quantity the API server refuses, a node label misspelt), pinning the pod to
+a class (with the tolerations that class's taints need), running it in another tenant's namespaces, or
+changing its GPU request (fewer devices, another resource, one resource less). Then one rebuilt candidate
+per class: every refused amount repaired, the request adapted to what the class offers (its resource
+names, one replica per container where it shares, no more than one node holds), the pod pinned to it, and
+moved to a namespace whose tenant may use it where its own may not. Each candidate is applied to the object
+and the result evaluated; the cheapest after which no rule finds anything is the fix of every finding. Where
+none is, the hint says that no change within the policy admits the object. A candidate after which findings
+remain that carry proposals is tried once more with them; where nothing admits, the rules' proposals are made
+and the search runs once more on the result. Only objects with findings pay.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from fractions import Fraction
+from typing import Any
+
+from policy import catalog
+from policy.diagnostics import Diagnostic, Path, did_you_mean, value_at
+from policy.fixes import (
+    AddToleration,
+    Fix,
+    MoveNamespace,
+    PatchOp,
+    Pin,
+    RemovePlacement,
+    RemoveResource,
+    RenameResource,
+    SetAmount,
+    SetNodeSelector,
+)
+from policy.quantity import parse_count, parse_quantity
+from policy.resolve import MIG_PREFIX
+from policy.rules import Access, ClassView, Facts, excludes, join
+from policy.workloads import (
+    REQUIRED_AFFINITY,
+    AffinityTerm,
+    Amount,
+    ContainerRequest,
+    GpuRequest,
+    NodeRequirement,
+    Workload,
+    effective_totals,
+)
+
+_TARGETED = 12  # candidates tried per phase
+_REBUILT = 24  # rebuilt candidates considered, cheapest first
+_PINS = 8  # classes offered as pins per finding
+# The cheapest cost a phase's candidates can have (see Fix.cost).
+_PLACEMENT, _MOVE, _REQUEST = (0, 0, 0, 1), (0, 0, 1, 1), (0, 1, 0, 1)
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One evaluation: the object, the namespace's tenants, what the engine read and what the rules found."""
+
+    obj: Mapping[str, Any]
+    tenants: tuple[str, ...]
+    workload: Workload
+    facts: Facts
+    findings: tuple[Diagnostic, ...]
+    request: GpuRequest
+    """The GPU request as read from the object (facts.request is the one the rules read: HAMi's scheduler takes
+    some pods' requests otherwise, policy.hami_rules)."""
+
+
+Assess = Callable[[Mapping[str, Any], tuple[str, ...], GpuRequest | None], Assessment | None]
+"""Evaluate an edited object for the namespace's tenants (with its GPU request, when the caller knows it)."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """What proposals need beyond one evaluation: where the pod could be moved to, per tenant."""
+
+    moves: tuple[tuple[MoveNamespace, Access], ...]
+    """A namespace move per tenant the policy routes unambiguously (and one to no tenant), with its access."""
+
+
+def remedy(start: Assessment, context: Context, assess: Assess) -> tuple[Diagnostic, ...]:
+    """The findings of ``start``, each with the object's fix (or the plain word that none exists) as its hint."""
+    fix = _Search(start, context, assess).best()
+    if fix is None:
+        return tuple(replace(f, hint=_no_change(start), fix=None) for f in start.findings)
+    return tuple(replace(f, hint=fix.describe(), fix=fix) for f in start.findings)
+
+
+class _Search:
+    """Candidate fixes tried on the object, cheapest change first: adding placement beats moving the namespace,
+    which beats changing the GPU request, which beats dropping or overriding the placement the object states
+    (its intent); then fewer steps; then the order in which they were proposed."""
+
+    def __init__(self, start: Assessment, context: Context, assess: Assess) -> None:
+        self.start, self.context, self.assess = start, context, assess
+        self.seen: dict[tuple[Any, ...], tuple[Assessment | None, tuple[PatchOp, ...]]] = {}
+
+    def best(self, *, nested: bool = False) -> Fix | None:
+        """The cheapest fix found; where none is, the edits the rules proposed themselves are made and the
+        rest searched for on the result (once)."""
+        proposals = _proposals(self.start)
+        found = self._best(proposals)
+        if found is not None or nested or not proposals:
+            return found
+        combined = _combined(proposals)
+        after = self.outcome(combined)
+        if after is None or not after.findings:
+            return None
+        rest = _Search(after, self.context, self.assess).best(nested=True)
+        return None if rest is None else replace(combined, patch=self.seen[combined.edits][1]).then(rest)
+
+    def _best(self, proposals: Sequence[Fix]) -> Fix | None:
+        finding = next((f for f in self.start.findings if f.severity == "error"), self.start.findings[0])
+        state, context = self.start, self.context
+        # Each phase's candidates cost at least its bound; a fix already as cheap makes the phase pointless.
+        # A refused amount stays refused whatever the placement or namespace: only request changes clear it, and
+        # every rebuilt candidate then repairs it (so changes the request too).
+        refused = bool(state.facts.request.problems)
+        phases: tuple[tuple[tuple[int, int, int, int], Callable[[], Iterable[Fix]]], ...] = (
+            # What the rules proposed (each, then all together), then repairs of the value at fault.
+            (_PLACEMENT, lambda: (*proposals, _combined(proposals)) if len(proposals) > 1 else proposals),
+            (_PLACEMENT, lambda: _repairs(state, finding)),
+            (_PLACEMENT, lambda: () if refused else _pins(context, state, finding)),
+            (_MOVE, lambda: () if refused else _moves(context, state)),
+            (_REQUEST, lambda: _request_edits(state, finding)),
+            # A rebuilt candidate changing neither request, namespace nor stated placement is a pin, which the
+            # targeted ones include: only a costlier fix leaves a rebuilt one room to beat it.
+            (_REQUEST if refused else _MOVE, lambda: sorted(rebuild(context, state), key=_cost)[:_REBUILT]),
+        )
+        found: Fix | None = None
+        for bound, candidates in phases:
+            if found is None or _cost(found) > bound:
+                found = self._cheapest(candidates(), found, bound)
+        return None if found is None else replace(found, patch=self.seen[found.edits][1])
+
+    def _cheapest(self, candidates: Iterable[Fix], best: Fix | None,
+                  bound: tuple[int, int, int, int]) -> Fix | None:
+        tried = 0
+        for candidate in candidates:
+            if best is not None and _cost(candidate) >= _cost(best):
+                continue
+            if candidate.edits in self.seen or tried < _TARGETED:
+                tried += 1
+                result = self.outcome(candidate)
+                if result is not None and result.findings and (follow := _proposals(result)):
+                    # What is left carries the rules' own proposals (a second finding the first edit revealed).
+                    candidate = candidate.then(_combined(follow))
+                    result = self.outcome(candidate)
+                if result is not None and not result.findings and (best is None or _cost(candidate) < _cost(best)):
+                    best = candidate
+                    if _cost(best) <= bound:
+                        return best
+        return best
+
+    def outcome(self, fix: Fix) -> Assessment | None:
+        key = fix.edits
+        if key not in self.seen:
+            doc, ops = fix.apply(self.start.obj)
+            move = fix.namespace
+            tenants = self.start.tenants if move is None else ((move.tenant,) if move.tenant else ())
+            # A fix that leaves the GPU request alone (placement, namespace) is read against the same request.
+            same = not any(isinstance(e, SetAmount | RenameResource | RemoveResource) for e in key)
+            self.seen[key] = (self.assess(doc, tenants, self.start.request if same else None), ops)
+        return self.seen[key][0]
+
+
+def _cost(fix: Fix) -> tuple[int, int, int, int]:
+    return fix.cost
+
+
+def _proposals(state: Assessment) -> list[Fix]:
+    """The fixes the rules proposed with their findings (a rule knows the one value its finding is about), each
+    writing amounts where the object writes them (limits, and requests where it names the resource)."""
+    found: dict[tuple[Any, ...], Fix] = {}
+    for finding in state.findings:
+        if isinstance(finding.fix, Fix):
+            steps = tuple(replace(s, fields=("limits", "requests") if _requested(state, s.container_path, s.resource)
+                                  else ("limits",)) if isinstance(s, SetAmount) else s for s in finding.fix.steps)
+            fix = replace(finding.fix, steps=steps)
+            found.setdefault(fix.edits, fix)
+    return list(found.values())
+
+
+def _combined(proposals: Sequence[Fix]) -> Fix:
+    combined = proposals[0]
+    for fix in proposals[1:]:
+        combined = combined.then(fix)
+    return combined
+
+
+def _no_change(start: Assessment) -> str:
+    access = start.facts.access
+    if access.unknown:
+        return ("compile the policy and roll out its admission policy and webhook configuration together (the "
+                f"webhook routes this namespace to tenant {join(access.unknown, 'and')}, which its policy lacks)")
+    return ("no change to this object within the policy admits it (gpupolicy tried every class, every tenant's "
+            "namespaces and other GPU requests): ask the platform team to change the policy")
+
+
+# --- proposals ----------------------------------------------------------------------------------------------------
+
+
+def propose(context: Context, state: Assessment, finding: Diagnostic) -> list[Fix]:
+    """Candidate fixes for one finding of ``state``, most preferred first, without duplicates."""
+    found: dict[tuple[Any, ...], Fix] = {}
+    for fix in (*_repairs(state, finding), *_pins(context, state, finding), *_moves(context, state),
+                *_request_edits(state, finding)):
+        found.setdefault(fix.edits, fix)
+    return list(found.values())
+
+
+def _repairs(state: Assessment, finding: Diagnostic) -> Iterator[Fix]:
+    """The value at fault, corrected: an amount the API server refuses, a node label value misspelt."""
+    if finding.code == "gpu-request-invalid":
+        yield from _quantity_repairs(state, finding.path)
+    requirement = _requirement_at(state, finding.path)
+    if requirement is not None and requirement.path[-1] == requirement.key and requirement.values:
+        yield from _label_repairs(state, requirement)
+
+
+def _quantity_repairs(state: Assessment, path: Path) -> Iterator[Fix]:
+    for problem in state.facts.request.problems:
+        if problem.path != path:
+            continue
+        fields = ("limits", "requests") if _requested(state, problem.container_path, problem.resource) else (
+            "limits",)
+        if problem.kind == "request-differs" and problem.limit is not None:
+            count = problem.limit
+        elif problem.kind == "limit-missing":
+            count = _count_of(problem.given)
+        else:
+            count = _nearest_count(problem.given)
+        yield Fix((SetAmount(problem.container_path, problem.container, problem.resource, count, fields),))
+
+
+def _count_of(value: Any) -> int:
+    found = parse_count(value)
+    return found if found else _nearest_count(value)
+
+
+def _nearest_count(value: Any) -> int:
+    """The whole device count closest to what was meant: "0.5" and 0.5 become 1, "-2" 2, "٢" (a non-ASCII
+    digit) 2; anything else 1."""
+    number = parse_quantity(value)
+    if number is None and isinstance(value, str):
+        try:
+            number = Fraction(int(value.strip()))  # Python reads every Unicode decimal digit
+        except ValueError:
+            number = None
+    if number is None:
+        return 1
+    return max(1, math.ceil(abs(number)))
+
+
+def _label_repairs(state: Assessment, requirement: NodeRequirement) -> Iterator[Fix]:
+    known = sorted({c.known[requirement.key] for c in state.facts.classes
+                    if requirement.key in c.known and c.fits(state.facts.request.totals)})
+    near = did_you_mean(requirement.values[0], known)
+    if near:
+        note = ("GPU Feature Discovery appends -SHARED to the product of shared GPUs"
+                if near[0].endswith("-SHARED") and not requirement.values[0].endswith("-SHARED") else "")
+        yield Fix((SetNodeSelector(state.workload.spec_path, requirement.key, near[0], overrides=True),), note)
+
+
+def _requirement_at(state: Assessment, path: Path) -> NodeRequirement | None:
+    placement = state.facts.placement
+    candidates = [*placement.node_selector, *(r for t in placement.terms for r in t.requirements)]
+    return next((r for r in candidates if r.path == path), None)
+
+
+# --- pins ---------------------------------------------------------------------------------------------------------
+
+
+def _pins(context: Context, state: Assessment, finding: Diagnostic) -> Iterator[Fix]:
+    facts = state.facts
+    resources = facts.request.resources
+    allowed = [facts.access, *(access for _, access in context.moves)]
+    count = 0
+    for view in _preferred(state, finding):
+        if count >= _PINS:
+            return
+        if facts.request.totals and not view.fits(facts.request.totals):
+            continue
+        if not any(a.allows(view, resources) for a in allowed) or facts.candidates == (view,):
+            continue
+        edits = _pin_edits(state, view)
+        conflict = facts.conflict_of(view)
+        if conflict is not None and conflict.taint is not None:
+            # Only its taints keep the pod off the class: tolerating them may be all it takes.
+            yield Fix((Pin(view.name, tuple(e for e in edits if isinstance(e, AddToleration))),))
+        if edits:
+            count += 1
+            yield Fix((Pin(view.name, edits),))
+
+
+def _preferred(state: Assessment, finding: Diagnostic) -> list[ClassView]:
+    """The classes in policy order, the one a failed product selector names first (nvidia.com/gpu.product=
+    Tesla-T4 means the T4 class, whether GFD labels it or not)."""
+    classes = list(state.facts.classes)
+    requirement = _requirement_at(state, finding.path)
+    if requirement is None or not requirement.key.endswith(".product"):
+        return classes
+    wanted = {v.removeprefix("NVIDIA-").removesuffix("-SHARED").lower() for v in requirement.values}
+    meant = [c for c in classes if c.product.removeprefix("NVIDIA-").lower() in wanted]
+    return meant + [c for c in classes if c not in meant]
+
+
+def _pin_edits(state: Assessment, view: ClassView) -> tuple[SetNodeSelector | RemovePlacement | AddToleration, ...]:
+    spec_path, placement = state.workload.spec_path, state.facts.placement
+    pinned = dict(view.node_selector)
+    stated = {r.key: r.values for r in placement.node_selector}
+    edits: list[SetNodeSelector | RemovePlacement | AddToleration] = [
+        SetNodeSelector(spec_path, k, v, overrides=k in stated) for k, v in view.node_selector
+        if stated.get(k) != (v,)]
+    edits += [RemovePlacement(r.path, f"nodeSelector {r.describe()}") for r in placement.node_selector
+              if r.key not in pinned and excludes(r, view)]
+    edits += _affinity_edits(spec_path, placement.terms, view)
+    for taint in view.taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not taint.tolerated_by(placement.tolerations):
+            operator = "Equal" if taint.value else "Exists"
+            edits.append(AddToleration(spec_path, taint.key, operator, taint.value, taint.effect))
+    return tuple(edits)
+
+
+def _affinity_edits(spec_path: Path, terms: Sequence[AffinityTerm], view: ClassView) -> list[RemovePlacement]:
+    """What must go from the required node affinity for the class's nodes to match it: the excluding
+    expressions of the term with fewest of them, the term itself if that empties it, or the whole required
+    node affinity if it was the only term."""
+    if not terms or any(not t.matches_nothing and not any(excludes(r, view) for r in t.requirements)
+                        for t in terms):
+        return []
+    best = min(terms, key=lambda t: t.size if t.matches_nothing else sum(excludes(r, view) for r in t.requirements))
+    failing = [r for r in best.requirements if excludes(r, view)]
+    if best.matches_nothing or len(failing) >= best.size:
+        if len(terms) == 1:
+            return [RemovePlacement((*spec_path, *REQUIRED_AFFINITY[:-1]), "the required node affinity")]
+        return [RemovePlacement(best.path, f"node-affinity term {best.path[-1]}")]
+    return [RemovePlacement(r.path, f"required node affinity {r.describe()}")
+            for r in sorted(failing, key=lambda r: r.path, reverse=True)]
+
+
+# --- rebuilt for one class ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """One container's amount of one resource, as a rebuilt request sees it."""
+
+    container_path: Path
+    container: str
+    section: str
+    sidecar: bool
+    resource: str
+    count: int
+    refused: bool = False
+    """The API server refuses what is written (so it must be written anew, whatever the count)."""
+
+
+def rebuild(context: Context, state: Assessment) -> list[Fix]:
+    """Per class, the object adapted to it: refused amounts repaired, the request made of what the class offers,
+    unpinned and pinned to it, moved to the first tenant that may use it where the object's own may not."""
+    slots = _slots(state)
+    out: list[Fix] = []
+    for view in _likeliest(state, slots):
+        adapted = _adapt(state, slots, view)
+        if adapted is None:
+            continue
+        edits, resources = adapted
+        moved: tuple[MoveNamespace, ...] = ()
+        if not state.facts.access.allows(view, resources):
+            move = next((m for m, access in context.moves if access.allows(view, resources)), None)
+            if move is None:
+                continue
+            moved = (move,)
+        if edits or moved:
+            out.append(Fix((*edits, *moved)))
+        pin = _pin_edits(state, view)
+        if pin:
+            out.append(Fix((*edits, Pin(view.name, pin), *moved)))
+    return out
+
+
+def _likeliest(state: Assessment, slots: Sequence[_Slot]) -> list[ClassView]:
+    """The classes most likely to take the object with least change, at most _REBUILT of them (in policy order
+    within a rank): offering what it asks for, to its own tenants, first; a 300-class fleet is not rebuilt whole."""
+    wanted = {s.resource for s in slots if s.count > 0}
+    access = state.facts.access
+
+    def rank(view: ClassView) -> tuple[bool, bool]:
+        offered = wanted <= view.offers.keys()
+        return not offered, not (offered and access.allows(view, wanted))
+
+    return sorted(state.facts.classes, key=rank)[:_REBUILT]
+
+
+def _slots(state: Assessment) -> list[_Slot]:
+    request = state.facts.request
+    found: dict[tuple[Path, str], _Slot] = {}
+    for container in request.containers:
+        for amount in container.amounts:
+            path = amount.path[:-3]
+            found[(path, amount.resource)] = _Slot(path, container.name, container.section, container.sidecar,
+                                                   amount.resource, amount.count)
+    for problem in request.problems:
+        key = (problem.container_path, problem.resource)
+        if key in found:
+            found[key] = replace(found[key], refused=True)
+            continue
+        spec = value_at(state.obj, problem.container_path)
+        sidecar = isinstance(spec, Mapping) and spec.get("restartPolicy") == "Always"
+        count = problem.limit if problem.limit is not None else (
+            _count_of(problem.given) if problem.kind == "limit-missing" else _nearest_count(problem.given))
+        found[key] = _Slot(problem.container_path, problem.container, str(problem.container_path[-2]),
+                           problem.container_path[-2] == "initContainers" and sidecar, problem.resource, count, True)
+    return list(found.values())
+
+
+def _adapt(state: Assessment, slots: Sequence[_Slot], view: ClassView) -> tuple[list[Any], list[str]] | None:
+    """The edits that make the request one the class offers, and the resources it then asks for; None when it
+    cannot be (a resource the class lacks, with nothing to ask for instead)."""
+    final: dict[tuple[Path, str], tuple[str, int] | None] = {}
+    for slot in slots:
+        if slot.count == 0:
+            continue
+        resource = slot.resource
+        if resource not in view.offers:
+            taken = {s.resource for s in slots if s.container_path == slot.container_path}
+            resource = next((r for r in _instead(slot.resource, sorted(view.offers)) if r not in taken), "")
+        if not resource:
+            final[(slot.container_path, slot.resource)] = None
+            continue
+        offer = view.offers[resource]
+        count = min(slot.count, offer.per_node, 1 if offer.shared and offer.strict else slot.count)
+        final[(slot.container_path, slot.resource)] = (resource, count)
+    kept = [s for s in slots if final.get((s.container_path, s.resource))]
+    if not kept:
+        return None
+    _fit(view, kept, final)
+    edits: list[Any] = []
+    for slot in slots:
+        target = final.get((slot.container_path, slot.resource), (slot.resource, slot.count))
+        fields = ("limits", "requests") if _requested(state, slot.container_path, slot.resource) else ("limits",)
+        if target is None:
+            edits.append(RemoveResource(slot.container_path, slot.container, slot.resource))
+        elif target[0] != slot.resource:
+            edits.append(RenameResource(slot.container_path, slot.container, slot.resource, *target, fields))
+        elif target[1] != slot.count or slot.refused:
+            edits.append(SetAmount(slot.container_path, slot.container, slot.resource, target[1], fields))
+    resources = sorted({t[0] for t in final.values() if t is not None})
+    return edits, resources
+
+
+def _fit(view: ClassView, kept: Sequence[_Slot], final: dict[tuple[Path, str], tuple[str, int] | None]) -> None:
+    """Lower the largest amounts until one node of the class holds the pod's total of each resource (sidecars and
+    init containers add up as the scheduler adds them)."""
+    for _ in range(len(kept) * 4):
+        containers: dict[Path, ContainerRequest] = {}
+        for slot in kept:
+            resource, count = final[(slot.container_path, slot.resource)]  # type: ignore[misc]
+            have = containers.get(slot.container_path) or ContainerRequest(slot.container, slot.section,
+                                                                           slot.sidecar, ())
+            containers[slot.container_path] = replace(have, amounts=(
+                *have.amounts, Amount(resource, count, (*slot.container_path, "resources", "limits", resource))))
+        over = [(r, n - view.offers[r].per_node) for r, n in effective_totals(list(containers.values()))
+                if n > view.offers[r].per_node]
+        if not over:
+            return
+        resource, excess = over[0]
+        key, (_, count) = max(((k, v) for k, v in final.items() if v is not None and v[0] == resource),
+                              key=lambda kv: kv[1][1])  # type: ignore[index]
+        final[key] = (resource, max(1, count - excess))
+
+
+# --- namespace moves ---------------------------------------------------------------------------------------------
+
+
+def _moves(context: Context, state: Assessment) -> Iterator[Fix]:
+    facts = state.facts
+    resources = facts.request.resources
+    for move, access in context.moves:
+        here = ((move.tenant,) if move.tenant else ()) == state.tenants
+        if here or not any(access.allows(c, resources) for c in facts.classes if c.fits(facts.request.totals)):
+            continue
+        yield Fix((move,))
+
+
+# --- request edits -----------------------------------------------------------------------------------------------
+
+
+def _request_edits(state: Assessment, finding: Diagnostic) -> Iterator[Fix]:
+    target = _amount_at(state, finding.path)
+    if target is None:
+        return
+    container_path, container, resource, count = target
+    facts = state.facts
+    fields = ("limits", "requests") if _requested(state, container_path, resource) else ("limits",)
+    offered = sorted({r for c in facts.classes for r in c.offers})
+    note = _why_fewer(facts, finding, resource, count)
+    counts = [SetAmount(container_path, container, resource, k, fields) for k in _fewer(facts, resource, count)]
+    has = {a.resource for c in facts.request.containers for a in c.amounts if a.path[:-3] == container_path}
+    renames = [RenameResource(container_path, container, resource, instead, k, fields)
+               for instead in _instead(resource, offered) if instead not in has
+               for k in dict.fromkeys((count, 1)) if any(c.fits(((instead, k),)) for c in facts.classes)]
+    edits = (*renames, *counts) if resource not in offered else (*counts, *renames)
+    for edit in edits:
+        yield Fix((edit,), note if isinstance(edit, SetAmount) else _why_instead(resource, edit.instead, offered))
+    if _keeps_a_gpu(state, container_path, resource):
+        yield Fix((RemoveResource(container_path, container, resource),), _why_remove(finding))
+
+
+def _amount_at(state: Assessment, path: Path) -> tuple[Path, str, str, int] | None:
+    """(container path, container name, resource, count) of the amount a finding points at."""
+    if len(path) < 4 or path[-3] != "resources" or path[-2] not in ("limits", "requests"):
+        return None
+    container_path, resource = path[:-3], path[-1]
+    for container in state.facts.request.containers:
+        for amount in container.amounts:
+            if amount.resource == resource and amount.path[:-3] == container_path:
+                return container_path, container.name, resource, amount.count
+    return None
+
+
+def _requested(state: Assessment, container_path: Path, resource: str) -> bool:
+    requests = value_at(state.obj, (*container_path, "resources", "requests"))
+    return isinstance(requests, Mapping) and resource in requests
+
+
+def _fewer(facts: Facts, resource: str, count: int) -> list[int]:
+    """Smaller counts worth trying, largest first: what each class's node offers, what would bring the pod's
+    total within it (an init container beside sidecars), and 1."""
+    total = dict(facts.request.totals).get(resource, count)
+    found = {1} if count > 1 else set()
+    for view in facts.classes:
+        offer = view.offers.get(resource)
+        if offer is None:
+            continue
+        found.add(min(count - 1, offer.per_node))
+        found.add(count - (total - offer.per_node))
+    return sorted((k for k in found if 0 < k < count), reverse=True)
+
+
+def _instead(resource: str, offered: Sequence[str]) -> list[str]:
+    """Offered resources to ask for instead, nearest first: the nearest MIG profile, a close spelling, then
+    what the cluster advertises (whole GPUs before MIG devices)."""
+    others = [r for r in offered if r != resource]
+    migs = [r for r in others if r.startswith(MIG_PREFIX)]
+    found: list[str] = []
+    if resource.startswith(MIG_PREFIX) and migs:
+        by_profile = {r.removeprefix(MIG_PREFIX): r for r in migs}
+        nearest = catalog.nearest_profile(resource.removeprefix(MIG_PREFIX), by_profile)
+        if nearest:
+            found.append(by_profile[nearest])
+    if not resource.startswith(("nvidia.com/gpu", MIG_PREFIX)):
+        found += did_you_mean(resource, others)
+    found += [r for r in others if not r.startswith(MIG_PREFIX)] + migs
+    return list(dict.fromkeys(found))[:4]
+
+
+def _keeps_a_gpu(state: Assessment, container_path: Path, resource: str) -> bool:
+    return any(a.count > 0 for c in state.facts.request.containers for a in c.amounts
+               if not (a.resource == resource and a.path[:-3] == container_path))
+
+
+def _why_fewer(facts: Facts, finding: Diagnostic, resource: str, count: int) -> str:
+    if finding.code != "shared-gpu-request-above-one":
+        return ""
+    whole = any((o := c.offers.get(resource)) is not None and not o.shared and o.per_node >= count
+                for c in facts.classes)
+    if whole:
+        tail = ""
+    elif resource.startswith(MIG_PREFIX):
+        tail = f"; {count} unshared {resource} devices need a MIG class that does not time-slice the profile"
+    else:
+        tail = f"; {count} whole GPUs need a class with sharing: exclusive"
+    return f"more shared replicas of one device add no compute{tail}"
+
+
+def _why_instead(resource: str, instead: str, offered: Sequence[str]) -> str:
+    if not resource.startswith(("nvidia.com/gpu", MIG_PREFIX)):
+        return f"no node class advertises {resource}"
+    others = [r for r in offered if r.startswith(MIG_PREFIX) and r not in (resource, instead)]
+    if instead.startswith(MIG_PREFIX) and others:
+        return f"or another MIG profile the cluster offers: {join(others[:4], 'or')}"
+    return ""
+
+
+def _why_remove(finding: Diagnostic) -> str:
+    if finding.code == "gpu-request-unsatisfiable" and finding.message.startswith("no node class offers"):
+        return "no node class offers both on one node: run the other part in a pod of its own"
+    return ""
+
+
+def example_labels(access_selector: Sequence[tuple[str, str, tuple[str, ...]]]) -> tuple[tuple[str, str], ...]:
+    """Namespace labels a selector matches: In takes its first value, Exists the value "true", NotIn and
+    DoesNotExist are met by leaving the label off."""
+    labels: dict[str, str] = {}
+    for key, operator, values in access_selector:
+        if operator == "In" and values:
+            labels[key] = sorted(values)[0]
+        elif operator == "Exists":
+            labels[key] = "true"
+    return tuple(sorted(labels.items()))
+

@@ -1,0 +1,248 @@
+"""`gpupolicy cluster discover|verify --from-file`: recorded objects instead of a cluster; the sharing and taints
+a draft reads off real nodes; taints verified against the classes that declare them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cluster_support import TKE_SPEC, applied, compiled_objects
+from fake_apiserver import RECORDED, load_scenario
+
+from cluster import discover
+from cluster.records import RecordsError, snapshot_from
+from cluster.resources import node_from
+from cluster.sharing import read_sharing
+
+NODES = RECORDED / "nodes"
+A100_PCIE = {  # constructed (see recorded/README.md): the shape of the fixtures' MIG mixed nodes, on two A100-PCIE GPUs
+    "apiVersion": "v1", "kind": "Node",
+    "metadata": {"name": "a100-pcie-1", "labels": {
+        "node.kubernetes.io/instance-type": "a2-highgpu-2g", "nvidia.com/gpu.product": "NVIDIA-A100-PCIE-40GB",
+        "nvidia.com/gpu.count": "2", "nvidia.com/gpu.memory": "40960", "nvidia.com/gpu.replicas": "0",
+        "nvidia.com/mig.capable": "true", "nvidia.com/mig.strategy": "mixed", "nvidia.com/mig.config.state": "success",
+        "nvidia.com/mig-1g.5gb.count": "4", "nvidia.com/mig-1g.5gb.replicas": "1",
+        "nvidia.com/mig-2g.10gb.count": "2", "nvidia.com/mig-2g.10gb.replicas": "1"}},
+    "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+                        {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]},
+    "status": {"capacity": {"nvidia.com/mig-1g.5gb": "4", "nvidia.com/mig-2g.10gb": "2"},
+               "allocatable": {"nvidia.com/mig-1g.5gb": "4", "nvidia.com/mig-2g.10gb": "2"}},
+}
+
+
+def fixture(name: str) -> dict[str, Any]:
+    return yaml.safe_load((NODES / name).read_text(encoding="utf-8"))
+
+
+# --- the sharing real nodes run, as a spec writes it -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "sharing", "gpus"), [
+    # The capacity names the profile as the plugin advertises it (3g.20gb), though this old GFD labels 3g.21gb.
+    ("nvidia-docs-a100-sxm4-40gb-mig-mixed-label-resource-mismatch.yaml",
+     {"mig": {"strategy": "mixed", "layout": {"1g.5gb": 1, "2g.10gb": 1, "3g.20gb": 1}}}, None),
+    # MIG single: gpu.count counts the 7 MIG devices of one GPU.
+    ("nvidia-docs-a100-sxm4-40gb-mig-single-1g5gb.yaml",
+     {"mig": {"strategy": "single", "layout": {"1g.5gb": 7}}}, 1),
+    # Labels only (no capacity in the source): the per-profile counts.
+    ("nvidia-docs-h100-mig-mixed-all-balanced.yaml",
+     {"mig": {"strategy": "mixed", "layout": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1}}}, None),
+    ("nvidia-docs-openshift-t4-time-sliced-g4dn.yaml", {"timeSlicing": {"replicas": 8}}, None),
+    ("nvidia-docs-t4-time-sliced-renamebydefault-partial.yaml",
+     {"timeSlicing": {"replicas": 4, "renameByDefault": True}}, None),
+    ("k8s-device-plugin-pr503-kind-v100x8-no-sharing-labels.yaml", "exclusive", None),
+])  # fmt: skip
+def test_the_sharing_of_real_nodes_is_read_off_their_labels_and_capacity(name: str, sharing: Any,
+                                                                        gpus: int | None) -> None:
+    found = read_sharing(node_from(fixture(name)))
+    assert (found.data, found.physical_gpus) == (sharing, gpus)
+
+
+def test_mig_devices_per_node_are_split_into_groups_when_no_even_layout_fits() -> None:
+    node = json.loads(json.dumps(A100_PCIE))
+    labels = node["metadata"]["labels"]
+    labels.update({"nvidia.com/mig-1g.5gb.count": "5", "nvidia.com/mig-3g.20gb.count": "1"})
+    del labels["nvidia.com/mig-2g.10gb.count"]
+    node["status"]["capacity"] = {"nvidia.com/mig-1g.5gb": "5", "nvidia.com/mig-3g.20gb": "1"}
+    found = read_sharing(node_from(node))
+    # Largest first, each instance on the first GPU it still fits: one arrangement mig-parted can apply.
+    assert found.data == {"mig": {"strategy": "mixed", "groups": [
+        {"gpus": [0], "layout": {"1g.5gb": 4, "3g.20gb": 1}}, {"gpus": [1], "layout": {"1g.5gb": 1}}]}}
+    assert found.todo and "nvidia-smi mig -lgi" in found.todo[0]
+
+
+# --- discover --from-file ------------------------------------------------------------------------------------------
+
+
+KINDS = {"nodes": "NodeList", "daemonsets": "DaemonSetList", "pods": "PodList", "events": "EventList",
+         "replicasets": "ReplicaSetList", "deployments": "DeploymentList", "configmaps": "ConfigMapList"}
+
+
+def recorded(tmp_path: Path, scenario: dict[str, list[Any]]) -> list[str]:
+    """--from-file arguments for a scenario saved as typed lists, as the API lists them (items carry no kind)."""
+    paths = [write(tmp_path, f"{r}.yaml", [{"apiVersion": "v1", "kind": KINDS[r], "items": items}])
+             for r, items in scenario.items()]
+    return [a for p in paths for a in ("-f", str(p))]
+
+
+def write(tmp_path: Path, name: str, documents: list[Any]) -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump_all(documents, sort_keys=False), encoding="utf-8")
+    return path
+
+
+def test_a_mig_node_is_drafted_with_its_live_layout_and_taints_so_its_workloads_stay_admitted(tmp_path: Path,
+                                                                                                gpupolicy) -> None:
+    listed = write(tmp_path, "nodes.yaml", [{"apiVersion": "v1", "kind": "List", "items": [A100_PCIE]}])
+    result = gpupolicy("cluster", "discover", "--from-file", listed)
+    assert (result.code, result.err) == (0, "")
+    (drafted,) = yaml.safe_load(result.out)["spec"]["nodeClasses"]
+    assert drafted["sharing"] == {"mig": {"strategy": "mixed", "layout": {"1g.5gb": 2, "2g.10gb": 1}}}
+    # node.kubernetes.io/unschedulable is the node lifecycle's, not the pool's.
+    assert drafted["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    assert "# Drafted by `gpupolicy cluster discover` from recorded objects in " in result.out.replace("\n# ", " ")
+    spec = tmp_path / "draft.yaml"
+    spec.write_text(result.out, encoding="utf-8")
+    pod = write(tmp_path, "pod.yaml", [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ml"},
+                                        "spec": {"containers": [{"name": "c", "resources": {"limits": {
+                                            "nvidia.com/mig-1g.5gb": 1}}}]}}])
+    # The taint's key is not the resource the pod asks for: it must tolerate it, as on the node.
+    denied = gpupolicy("admit", "-p", spec, pod)
+    assert denied.code == 1 and "hint: tolerate the taint nvidia.com/gpu=present:NoSchedule" in denied.out
+    tolerant = yaml.safe_load(pod.read_text(encoding="utf-8"))
+    tolerant["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    assert gpupolicy("admit", "-p", spec, write(tmp_path, "ok.yaml", [tolerant])).code == 0
+
+
+def test_every_real_node_fixture_drafts_a_spec_that_validates(tmp_path: Path, gpupolicy) -> None:
+    paths = sorted(NODES.glob("*.yaml"))
+    result = gpupolicy("cluster", "discover", *(a for p in paths for a in ("-f", p)), "--name", "fixtures")
+    assert result.code == 0, result.err
+    spec = tmp_path / "draft.yaml"
+    spec.write_text(result.out, encoding="utf-8")
+    assert gpupolicy("validate", spec).code == 0
+    modes = {c["gpu"]["model"]: c["sharing"] for c in yaml.safe_load(result.out)["spec"]["nodeClasses"]}
+    assert modes["Tesla-V100-SXM2-16GB-N"] == "exclusive"
+    assert modes["NVIDIA-H100-80GB-HBM3"]["mig"]["strategy"] == "mixed"
+
+
+def test_a_recorded_cluster_drafts_what_the_live_one_does(cluster, gpupolicy, tmp_path: Path) -> None:
+    from_files = gpupolicy("cluster", "discover", *recorded(tmp_path, load_scenario("fleet")), "--name", "fleet")
+    live = gpupolicy("cluster", "discover", "--kubeconfig", cluster("fleet", context="fleet").kubeconfig,
+                     "--name", "fleet")
+    assert from_files.code == live.code == 0
+    assert yaml.safe_load(from_files.out) == yaml.safe_load(live.out)
+    assert "not read (" not in from_files.err  # Events, ReplicaSets... are kinds verify reads
+
+
+def test_kinds_nothing_reads_are_named_and_typed_lists_lend_their_items_a_kind(tmp_path: Path, gpupolicy) -> None:
+    item = {k: v for k, v in A100_PCIE.items() if k != "kind"}
+    path = write(tmp_path, "mixed.yaml", [{"kind": "NodeList", "items": [item]},
+                                          {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}])
+    result = gpupolicy("cluster", "discover", "-f", path)
+    assert result.code == 0
+    assert result.err == ("gpupolicy cluster discover: note: not read (1 Service): only Nodes, DaemonSets, Pods, "
+                          "Events, ReplicaSets, Deployments and ConfigMaps matter here\n")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("kind: List\nitems: [\n", "error[yaml-syntax]"),
+    ("apiVersion: v1\nkind: Service\nmetadata: {name: s}\n", "holds no Node, DaemonSet, Pod"),
+])  # fmt: skip
+def test_files_without_a_cluster_in_them_are_bad_input(tmp_path: Path, gpupolicy, text: str, said: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text, encoding="utf-8")
+    result = gpupolicy("cluster", "discover", "-f", path)
+    assert result.code == 2 and said in result.err and "Traceback" not in result.err
+
+
+def test_from_file_with_a_kubeconfig_is_a_usage_error(tmp_path: Path, gpupolicy) -> None:
+    result = gpupolicy("cluster", "discover", "-f", tmp_path / "x.yaml", "--kubeconfig", tmp_path / "kc")
+    assert result.code == 2 and "--from-file reads recorded objects, not a cluster" in result.err
+
+
+def test_records_without_timestamps_are_read_as_of_the_epoch() -> None:
+    snapshot, skipped = snapshot_from([A100_PCIE], source="x")
+    assert (snapshot.taken_at.year, skipped, len(snapshot.nodes)) == (1970, {}, 1)
+    with pytest.raises(RecordsError):
+        snapshot_from([{"kind": "Secret"}], source="x")
+
+
+def test_the_default_schema_is_this_releases_file_in_the_repository() -> None:
+    from importlib.metadata import version
+
+    url = discover.DEFAULT_SCHEMA
+    assert url == (f"https://raw.githubusercontent.com/gpupolicy/gpupolicy/v{version('gpupolicy')}/schemas/"
+                   "cluster-policy.schema.json")
+    assert (Path(__file__).resolve().parents[2] / url.split(f"v{version('gpupolicy')}/", 1)[1]).is_file()
+
+
+# --- verify --from-file, and taints ---------------------------------------------------------------------------
+
+
+def findings(out: str) -> list[tuple[str, str, str, str]]:
+    return [(f["code"], f["severity"], f["class"] or "", f["subject"] or "") for f in json.loads(out)["findings"]]
+
+
+def test_verify_from_recorded_objects_finds_what_the_live_read_finds(cluster, gpupolicy, tmp_path: Path) -> None:
+    from_files = gpupolicy("cluster", "verify", "-p", TKE_SPEC, *recorded(tmp_path, load_scenario("seed-003-before")),
+                           "-O", "json")
+    live = gpupolicy("cluster", "verify", "-p", TKE_SPEC, "--kubeconfig", cluster("seed-003-before").kubeconfig,
+                     "-O", "json")
+    assert from_files.code == live.code == 1
+    assert findings(from_files.out) == findings(live.out)
+
+
+def seed_after_files(tmp_path: Path, spec: Path, edit_nodes: Any = None) -> list[str]:
+    scenario = load_scenario("seed-003-after")
+    extra = applied(compiled_objects(spec), {"nvidia-device-plugin-l20": ["10.0.1.12"],
+                                             "nvidia-device-plugin-t4": ["10.0.2.7"]})
+    for kind, items in extra.items():
+        scenario[kind] = [*scenario.get(kind, []), *items]
+    if edit_nodes:
+        edit_nodes({n["metadata"]["name"]: n for n in scenario["nodes"]})
+    return recorded(tmp_path, scenario)
+
+
+def tainted_t4_spec(tmp_path: Path) -> Path:
+    """The seed's spec with its T4 class's nodes tainted dedicated=inference:NoSchedule."""
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(TKE_SPEC.read_text(encoding="utf-8").replace(
+        "      nodes: 1\n      gpu:\n        model: Tesla-T4",
+        "      nodes: 1\n      taints: [{key: dedicated, value: inference, effect: NoSchedule}]\n      gpu:\n"
+        "        model: Tesla-T4"), encoding="utf-8")
+    return spec
+
+
+def test_verify_reports_a_declared_taint_a_node_lacks_and_an_undeclared_one_it_carries(gpupolicy,
+                                                                                       tmp_path: Path) -> None:
+    spec = tainted_t4_spec(tmp_path)
+
+    def taint_the_l20(nodes: dict[str, Any]) -> None:
+        nodes["10.0.1.12"].setdefault("spec", {})["taints"] = [
+            {"key": "gpu", "value": "l20", "effect": "NoExecute"},
+            {"key": "node.kubernetes.io/not-ready", "effect": "NoExecute"}]
+
+    result = gpupolicy("cluster", "verify", "-p", spec, *seed_after_files(tmp_path, spec, taint_the_l20), "-O", "json")
+    assert result.code == 1, result.out
+    assert findings(result.out) == [
+        ("node-taint-undeclared", "warning", "l20", "node/10.0.1.12"),
+        ("node-taint-missing", "error", "t4", "node/10.0.2.7"),
+    ]
+    missing = next(f for f in json.loads(result.out)["findings"] if f["code"] == "node-taint-missing")
+    assert missing["hint"] == "kubectl taint nodes 10.0.2.7 dedicated=inference:NoSchedule (or set it in the node " \
+                              "pool's taints)"
+
+
+def test_a_tainted_class_whose_nodes_carry_the_taint_agrees(gpupolicy, tmp_path: Path) -> None:
+    spec = tainted_t4_spec(tmp_path)
+
+    def taint_the_t4(nodes: dict[str, Any]) -> None:
+        nodes["10.0.2.7"].setdefault("spec", {})["taints"] = [
+            {"key": "dedicated", "value": "inference", "effect": "NoSchedule"}]
+
+    result = gpupolicy("cluster", "verify", "-p", spec, *seed_after_files(tmp_path, spec, taint_the_t4))
+    assert result.code == 0, result.out

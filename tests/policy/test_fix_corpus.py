@@ -1,0 +1,174 @@
+"""Every hint is a fix: over a corpus of denials (every example suite's denied cases, the denied workload fixtures,
+and generated pods), each finding's fix is applied mechanically (its JSON Patch, by an RFC 6902 applier written
+here, and its namespace move, routed by the policy's own tenant selectors) and the result re-evaluated: it is
+admitted with no finding left. A finding without a fix must say that no change within the policy admits it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from json_patch import apply_patch
+from test_engine import engine_for
+
+from policy.engine import Decision, Engine
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTERS = ROOT / "examples" / "clusters"
+FIXTURES = ROOT / "tests" / "fixtures" / "workloads"
+NO_CHANGE = "no change to this object within the policy admits it"
+
+
+# --- applying a fix as a client would ------------------------------------------------------------------------------
+
+
+def check_every_fix_admits(engine: Engine, obj: dict[str, Any], labels: dict[str, str], namespace: str) -> Decision:
+    decision = engine.evaluate(obj, tenants=engine.tenants_for(labels, namespace=namespace))
+    for finding in decision.diagnostics:
+        if finding.fix is None:
+            assert NO_CHANGE in finding.hint or finding.hint.startswith("compile the policy"), finding
+            continue
+        fix = finding.fix.to_dict()
+        fixed = apply_patch(obj, fix["jsonPatch"])
+        moved = fix.get("namespace", {}).get("namespaceLabels")
+        where = labels if moved is None else moved
+        ns = namespace if moved is None else "moved"
+        again = engine.evaluate(fixed, tenants=engine.tenants_for(where, namespace=ns))
+        assert again.allowed and again.diagnostics == (), (finding.hint, again.render())
+        assert finding.hint.startswith(finding.fix.describe())
+    return decision
+
+
+# --- the corpus: example suites and fixtures ------------------------------------------------------------------------
+
+
+def suite_denials() -> list[tuple[str, str, dict[str, Any], dict[str, str], str]]:
+    out = []
+    for suite in sorted(CLUSTERS.glob("*/admission-tests.yaml")):
+        data = yaml.safe_load(suite.read_text(encoding="utf-8"))
+        for case in data["cases"]:
+            if case["expect"]["allowed"] or case.get("operation", "CREATE") != "CREATE":
+                continue
+            obj = case["object"]
+            ns = case.get("namespace") or obj.get("metadata", {}).get("namespace") or "default"
+            labels = {**data.get("namespaces", {}).get(ns, {}), **case.get("namespaceLabels", {})}
+            out.append((suite.parent.name, case["name"], obj, labels, ns))
+    return out
+
+
+SUITE_DENIALS = suite_denials()
+
+
+def test_the_corpus_holds_every_suites_denials() -> None:
+    assert len(SUITE_DENIALS) >= 20 and {c for c, *_ in SUITE_DENIALS} == {"h20-mig", "mixed-fleet", "tke-l20-t4",
+                                                                     "vgpu-platform"}
+
+
+@pytest.mark.parametrize(("cluster", "name", "obj", "labels", "namespace"), SUITE_DENIALS,
+                         ids=[f"{c}: {n}" for c, n, *_ in SUITE_DENIALS])
+def test_each_finding_of_each_suite_denial_has_a_fix_that_admits_the_object(
+        cluster: str, name: str, obj: dict[str, Any], labels: dict[str, str], namespace: str) -> None:
+    decision = check_every_fix_admits(engine_for(cluster), obj, labels, namespace)
+    assert not decision.allowed
+    assert decision.diagnostics[0].fix is not None  # every suite denial can be fixed within its policy
+
+
+DENY_FIXTURES = sorted((FIXTURES / "deny").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", DENY_FIXTURES, ids=lambda p: p.name)
+def test_each_denied_workload_fixture_has_fixes_that_admit_it(path: Path) -> None:
+    header = {k: v.strip() for k, _, v in (line.removeprefix("# ").partition(": ")
+                                           for line in path.read_text(encoding="utf-8").splitlines()[:4])}
+    labels = dict(pair.split("=", 1) for pair in header.get("namespace-labels", "").split(",") if pair)
+    for obj in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        if obj is not None:
+            check_every_fix_admits(engine_for(header["cluster"]), obj, labels, "apps")
+
+
+# --- generated pods ----------------------------------------------------------------------------------------------
+
+RESOURCES = ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/mig-2g.20gb", "nvidia.com/mig-1g.12gb",
+             "nvidia.com/mig-3g.20gb", "nvidia.com/gpumem", "nvidia.com/gpu.shared", "nvidia.com/gpucores",
+             "nvidia.com/gpumem-percentage", "nvidia.com/priority"]
+AMOUNTS = st.sampled_from([1, 1, 1, 2, 3, 4, 8, 9, 16, "1", "2", "0.5", "1500m", "\u0662", "1e31", True, -1, 0, 150,
+                           8000, 60000, "8Gi"])
+LABELS = {"mixed-fleet": ["node-pool=t4-dev", "node-pool=a100-mps", "node-pool=h100-mig", "node-pool=h100-train",
+                          "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.product=Tesla-T4"],
+          "tke-l20-t4": ["node.kubernetes.io/instance-type=GN7.2XLARGE32", "nvidia.com/gpu.product=Tesla-T4",
+                         "node.kubernetes.io/instance-type=PNV5b.8XLARGE96"],
+          "h20-mig": ["gpu-pool=h20", "nvidia.com/gpu.product=NVIDIA-H20"],
+          "vgpu-platform": ["node-pool=prod-mig", "node-pool=platform-vgpu", "node-pool=dev-ts",
+                            "nvidia.com/gpu.product=NVIDIA-L40S"]}
+NAMESPACES = {"mixed-fleet": [{}, {"gpu-tier": "prod"}, {"gpu-tier": "research"}, {"gpu-tier": "sandbox"}],
+              "tke-l20-t4": [{}], "h20-mig": [{}, {"gpu-tier": "inference"}],
+              "vgpu-platform": [{}, {"gpu-tier": "prod"}, {"gpu-tier": "platform"}, {"gpu-tier": "dev"}]}
+# What HAMi's rules read besides resources (policy.hami_rules): the scheduler, annotations, privileged containers.
+SCHEDULERS = st.sampled_from([None, None, None, "hami-scheduler", "default-scheduler", "volcano"])
+ANNOTATIONS = st.sampled_from([{}, {}, {"nvidia.com/use-gputype": "H100"}, {"nvidia.com/vgpu-mode": "mig"},
+                               {"hami.io/gpu-scheduler-policy": "binpack,topology"}])
+
+
+@st.composite
+def container(draw: st.DrawFn, name: str) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    for resource in draw(st.lists(st.sampled_from(RESOURCES), max_size=2, unique=True)):
+        amount = draw(AMOUNTS)
+        field = draw(st.sampled_from(["limits", "limits", "limits", "requests", "both", "differ"]))
+        if field in ("limits", "both", "differ"):
+            resources.setdefault("limits", {})[resource] = amount
+        if field in ("requests", "both"):
+            resources.setdefault("requests", {})[resource] = amount
+        if field == "differ":
+            resources.setdefault("requests", {})[resource] = 2
+    found: dict[str, Any] = {"name": name, "image": "app:1", "resources": resources}
+    if draw(st.integers(0, 7)) == 0:
+        found["securityContext"] = {"privileged": True}
+    return found
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> tuple[str, dict[str, Any], dict[str, str]]:
+    cluster = draw(st.sampled_from(sorted(LABELS)))
+    spec: dict[str, Any] = {"containers": [draw(container(f"c{i}")) for i in range(draw(st.integers(1, 2)))]}
+    if draw(st.booleans()):
+        spec["initContainers"] = [{**draw(container("init")),
+                                   **({"restartPolicy": "Always"} if draw(st.booleans()) else {})}]
+    for entry in draw(st.lists(st.sampled_from(LABELS[cluster]), max_size=2, unique=True)):
+        key, value = entry.split("=", 1)
+        spec.setdefault("nodeSelector", {})[key] = value
+    if draw(st.booleans()):
+        key, value = draw(st.sampled_from(LABELS[cluster])).split("=", 1)
+        operator = draw(st.sampled_from(["In", "NotIn"]))
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": key, "operator": operator, "values": [value]}]}]}}}
+    if draw(st.booleans()):
+        spec["tolerations"] = [draw(st.sampled_from([{"operator": "Exists"}, {"key": "dedicated", "operator": "Exists"},
+                                                     {"key": "other", "operator": "Exists"}]))]
+    if draw(st.integers(0, 5)) == 0:
+        spec["nodeName"] = "gpu-node-7"
+    scheduler = draw(SCHEDULERS)
+    if scheduler is not None:
+        spec["schedulerName"] = scheduler
+    kind = draw(st.sampled_from(["Pod", "Deployment"]))
+    obj: dict[str, Any] = {"apiVersion": "v1" if kind == "Pod" else "apps/v1", "kind": kind,
+                           "metadata": {"name": "generated", "namespace": "apps"}}
+    annotations = draw(ANNOTATIONS)
+    template: dict[str, Any] = {"metadata": {"annotations": annotations}} if annotations else {}
+    if kind == "Pod":
+        obj["metadata"].update(template.get("metadata", {}))
+        obj["spec"] = spec
+    else:
+        obj["spec"] = {"template": {**template, "spec": spec}}
+    return cluster, obj, draw(st.sampled_from(NAMESPACES[cluster]))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pods())
+def test_every_fix_of_a_generated_pod_admits_it(case: tuple[str, dict[str, Any], dict[str, str]]) -> None:
+    cluster, obj, labels = case
+    check_every_fix_admits(engine_for(cluster), obj, labels, "apps")
