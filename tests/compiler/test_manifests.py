@@ -30,6 +30,8 @@ CUSTOM_KINDS = {
     ("nvidia.com/v1", "ClusterPolicy"),
     ("cert-manager.io/v1", "Certificate"),
     ("cert-manager.io/v1", "Issuer"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),  # tests/compiler/test_monitoring_objects.py
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
 }
 
 

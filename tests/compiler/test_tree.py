@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -162,7 +163,7 @@ def test_content_named_configmaps_come_first_and_are_never_pruned_mid_rollout(
             continue
         obj = doc(tree, path)
         annotations = obj["metadata"].get("annotations", {})
-        if obj["kind"] == "ConfigMap":
+        if obj["kind"] == "ConfigMap" and re.search(r"-[0-9a-f]{10}$", obj["metadata"]["name"]):
             assert annotations["argocd.argoproj.io/sync-wave"] == "-1", path
             assert annotations["argocd.argoproj.io/sync-options"] == "Prune=false", path
             assert annotations["kustomize.toolkit.fluxcd.io/prune"] == "disabled", path
@@ -185,7 +186,7 @@ def test_daemonset_selectors_name_the_app_and_class_only(example_policy: Load) -
 def test_disabling_admission_drops_the_admission_component(example_policy: Load) -> None:
     tree = compile_policy(example_policy("tke-l20-t4", ("  admission:\n", "  admission:\n    enabled: false\n")))
     assert not any(p.startswith("admission/") for p in tree)
-    assert doc(tree, "kustomization.yaml")["resources"] == ["device-plugin"]
+    assert doc(tree, "kustomization.yaml")["resources"] == ["device-plugin", "monitoring"]
 
 
 # ----------------------------------------------------------------------- Tree

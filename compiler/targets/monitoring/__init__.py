@@ -1,0 +1,141 @@
+"""Monitoring the policy in production: a PrometheusRule, a Grafana dashboard and the webhook's ServiceMonitor.
+
+`render_monitoring` returns the objects of the tree's monitoring/ component (spec.monitoring.enabled);
+`render_dcgm_metrics` the dcgm-exporter counters ConfigMap the GPU Operator mounts, with the ClusterPolicy
+fields that point at it (deploy: gpu-operator only: elsewhere the spec does not own dcgm-exporter, and
+REPORT.md documents what to configure instead). Modules: `promql` (expressions as data), `signals` (the
+exporters' series and label conventions), `modes` (what to watch per sharing mode), `rules` (recording rules
+and the alert catalogue), `dashboard`, `collectors` (exporter configuration).
+"""
+
+from __future__ import annotations
+
+import json
+
+from compiler import objects
+from compiler.objects import Obj
+from compiler.targets import admission_webhook
+from compiler.targets.monitoring import collectors, dashboard, rules
+from compiler.targets.monitoring.promql import render_lines
+from policy.resolve import ResolvedPolicy
+
+__all__ = ["COMPONENT", "dcgm_exporter_fields", "render_dcgm_metrics", "render_monitoring"]
+
+COMPONENT = "monitoring"
+RULE_NAME = "gpupolicy"
+DASHBOARD_CONFIG_MAP = "gpupolicy-dashboard"
+PROMETHEUS_API_VERSION = "monitoring.coreos.com/v1"
+METRICS_PATH = "/metrics"  # the webhook serves its metrics on its HTTPS port (webhook/routes.py)
+
+
+def render_monitoring(resolved: ResolvedPolicy) -> list[Obj]:
+    """The PrometheusRule, the dashboard ConfigMap (unless disabled) and, with admission, the webhook's
+    ServiceMonitor; empty when monitoring is off."""
+    settings = resolved.spec.monitoring
+    if not settings.enabled:
+        return []
+    ctx = rules.Context(resolved)
+    out = [_prometheus_rule(ctx)]
+    if settings.dashboard.enabled:
+        out.append(_dashboard_config_map(ctx))
+    if ctx.admission:
+        out.append(_webhook_service_monitor(ctx))
+    return out
+
+
+def render_dcgm_metrics(resolved: ResolvedPolicy) -> Obj | None:
+    """dcgm-exporter's counters as a content-named ConfigMap in the operator's namespace; None unless monitoring
+    with dcgm-exporter is on and the GPU Operator runs it. Content-named: the operator mounts the file with
+    subPath, which never sees an edit of the same ConfigMap; a new name in the ClusterPolicy rolls the exporter."""
+    spec = resolved.spec
+    if not (spec.monitoring.enabled and spec.monitoring.dcgm_exporter.enabled
+            and spec.device_plugin.deploy == "gpu-operator"):
+        return None
+    return objects.config_map(collectors.DCGM_CONFIG_MAP, {collectors.DCGM_CSV_KEY: collectors.dcgm_csv()},
+                              namespace=spec.device_plugin.operator.namespace,
+                              labels=objects.labels(resolved.policy, "gpu-operator"))
+
+
+def dcgm_exporter_fields(resolved: ResolvedPolicy, config_map: str) -> dict[str, object]:
+    """The ClusterPolicy's (or the operator chart's) dcgmExporter fields that mount that ConfigMap."""
+    return collectors.cluster_policy_fields(resolved, config_map)
+
+
+def _namespace(ctx: rules.Context) -> str:
+    return ctx.settings.namespace or ctx.webhook_namespace
+
+
+def _metadata(ctx: rules.Context, name: str, namespace: str, extra_labels: dict[str, str],
+              annotations: dict[str, str] | None = None) -> Obj:
+    labels = objects.labels(ctx.resolved.policy, COMPONENT, **extra_labels)
+    return objects.metadata(name, namespace=namespace, labels=labels,
+                            annotations={objects.SYNC_WAVE: objects.SYNC_WAVE_MONITORING, **(annotations or {})})
+
+
+def _prometheus_rule(ctx: rules.Context) -> Obj:
+    groups: dict[str, list[Obj]] = {rules.RECORDING_GROUP: [_recording(rec) for rec in rules.recording_rules(ctx)]}
+    for alert in rules.alerts(ctx):
+        groups.setdefault(alert.group, []).append(_alert(ctx, alert))
+    return {
+        "apiVersion": PROMETHEUS_API_VERSION,
+        "kind": "PrometheusRule",
+        "metadata": _metadata(ctx, RULE_NAME, _namespace(ctx), dict(ctx.settings.labels)),
+        "spec": {"groups": [{"name": name, "rules": group} for name, group in groups.items()]},
+    }
+
+
+def _recording(rec: rules.Recording) -> Obj:
+    out: Obj = {"record": rec.record, "expr": render_lines(rec.expr)}
+    if rec.labels:
+        out["labels"] = dict(rec.labels)
+    return out
+
+
+def _alert(ctx: rules.Context, alert: rules.Alert) -> Obj:
+    out: Obj = {
+        "alert": alert.name,
+        "expr": render_lines(alert.expr),
+        "labels": {"severity": alert.severity},
+        "annotations": {"summary": alert.summary, "description": alert.description,
+                        "runbook_url": rules.runbook_url(ctx.settings, alert.name)},
+    }
+    if alert.for_:
+        out["for"] = alert.for_
+    return out
+
+
+def _dashboard_config_map(ctx: rules.Context) -> Obj:
+    board = ctx.settings.dashboard
+    text = json.dumps(dashboard.render_dashboard(ctx), indent=2, sort_keys=True) + "\n"
+    # A fixed name, not content-named like the others: the Grafana sidecar reloads a changed ConfigMap, and
+    # an old copy left behind would load a second dashboard with the same uid.
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(ctx, DASHBOARD_CONFIG_MAP, _namespace(ctx), dict(board.labels), dict(board.annotations)),
+        "data": {f"gpupolicy-{ctx.resolved.name}.json": text},
+    }
+
+
+def _webhook_service_monitor(ctx: rules.Context) -> Obj:
+    namespace = ctx.webhook_namespace
+    secret = ctx.resolved.spec.admission.certificates.secret_name
+    # The webhook serves /metrics on its HTTPS port only; Prometheus checks the serving certificate against
+    # the CA in the same Secret (cert-manager writes ca.crt beside tls.crt) for the Service's DNS name.
+    endpoint = {
+        "port": "https",
+        "scheme": "https",
+        "path": METRICS_PATH,
+        "tlsConfig": {"serverName": f"{admission_webhook.NAME}.{namespace}.svc",
+                      "ca": {"secret": {"name": secret, "key": "ca.crt"}}},
+    }
+    return {
+        "apiVersion": PROMETHEUS_API_VERSION,
+        "kind": "ServiceMonitor",
+        "metadata": _metadata(ctx, admission_webhook.NAME, namespace, dict(ctx.settings.labels)),
+        "spec": {
+            "selector": {"matchLabels": {admission_webhook.NAME_LABEL: admission_webhook.NAME}},
+            "namespaceSelector": {"matchNames": [namespace]},
+            "endpoints": [endpoint],
+        },
+    }
