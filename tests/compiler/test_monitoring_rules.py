@@ -232,4 +232,3 @@ def test_alerts_only_for_what_the_cluster_runs(example_policy: Load) -> None:
 def test_monitoring_is_off_unless_the_spec_turns_it_on(example_policy: Load) -> None:
     tree = compile_policy(example_policy("tke-l20-t4", ("  monitoring:\n    enabled: true\n", "")))
     assert not any(p.startswith("monitoring/") for p in tree)
-    assert "monitoring" not in yaml.safe_load(tree["kustomization.yaml"])["resources"]

@@ -150,6 +150,8 @@ def test_kustomizations_use_labels_never_common_labels_and_list_every_file(examp
         assert kustomization["resources"] == sorted(kustomization["resources"])
         listed = {f"{directory}/{r}" for r in kustomization["resources"]}
         assert listed == {p for p in tree if p.startswith(f"{directory}/") and not p.endswith("/kustomization.yaml")}
+    # monitoring/ is its own unit, applied with the monitoring stack (tests/compiler/test_monitoring_objects.py)
+    assert {p.split("/")[0] for p in tree if "/" in p} == {*top["resources"], "monitoring"}
 
 
 @pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"])
@@ -186,7 +188,7 @@ def test_daemonset_selectors_name_the_app_and_class_only(example_policy: Load) -
 def test_disabling_admission_drops_the_admission_component(example_policy: Load) -> None:
     tree = compile_policy(example_policy("tke-l20-t4", ("  admission:\n", "  admission:\n    enabled: false\n")))
     assert not any(p.startswith("admission/") for p in tree)
-    assert doc(tree, "kustomization.yaml")["resources"] == ["device-plugin", "monitoring"]
+    assert doc(tree, "kustomization.yaml")["resources"] == ["device-plugin"]
 
 
 # ----------------------------------------------------------------------- Tree
