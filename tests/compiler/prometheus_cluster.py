@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from compiler.targets import admission_webhook, device_plugin
 from compiler.targets.monitoring import modes, rules
 from compiler.targets.monitoring import signals as sig
-from policy.model import Monitoring
+from policy.model import ClusterGPUPolicy, Monitoring
 from policy.resolve import ResolvedClass, ResolvedPolicy
 
 MINUTES = 200
@@ -821,3 +821,21 @@ def _idle(base: Cluster) -> Scenario | None:
         return [_device_alert_labels(device, target)]
 
     return _pair(base, fault, near, 140)
+
+
+# ----------------------------------------------------------------------------------------- specs
+
+
+def fleet(classes: int) -> ClusterGPUPolicy:
+    """A GPU Operator cluster of `classes` T4 pools, time-sliced and exclusive in turn."""
+    from policy.load import load_policy
+
+    lines = ["apiVersion: gpupolicy.dev/v1alpha1", "kind: ClusterGPUPolicy", "metadata: {name: fleet}", "spec:",
+             "  devicePlugin: {deploy: gpu-operator}", "  monitoring: {enabled: true}", "  nodeClasses:"]
+    for i in range(classes):
+        sharing = "{timeSlicing: {replicas: 4}}" if i % 2 else "exclusive"
+        lines.append(f"    - {{name: pool-{i:03d}, nodeSelector: {{node-pool: pool-{i:03d}}}, nodes: 2, "
+                     f"gpu: {{model: T4, count: 1}}, sharing: {sharing}}}")
+    loaded = load_policy("\n".join(lines) + "\n", filename="fleet.yaml")
+    assert loaded.ok and loaded.policy is not None, [d.message for d in loaded.diagnostics]
+    return loaded.policy

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from external_tools import require_tool
 from jsonschema import Draft7Validator
-from prometheus_cluster import healthy
+from prometheus_cluster import fleet, healthy
 
 from compiler import compile_policy
 from compiler.targets.monitoring import dashboard
@@ -210,3 +210,24 @@ def test_rows_of_large_fleets_start_collapsed(example_policy: Load) -> None:
     model = json.loads(next(iter(config_map["data"].values())))
     class_rows = [p for p in model["panels"] if p["type"] == "row"][-5:]
     assert all(r["collapsed"] and r["panels"] for r in class_rows)
+
+
+def test_a_large_fleet_gets_one_row_repeated_per_class_and_stays_small(tmp_path: Path) -> None:
+    tree = compile_policy(fleet(dashboard.STATIC_ROWS + 1))
+    assert len(tree[CONFIG_MAP]) < 64 * 1024  # the same for any number of classes
+    (text,) = yaml.safe_load(tree[CONFIG_MAP])["data"].values()
+    model = json.loads(text)
+    assert list(_validator("dashboard").iter_errors(model)) == []
+    variable = next(v for v in model["templating"]["list"] if v["name"] == "class")
+    assert variable["query"] == "label_values(gpupolicy:node_class:info, class)"
+    assert variable["multi"] and variable["includeAll"]
+    (row,) = [p for p in model["panels"] if p.get("repeat")]
+    assert row["repeat"] == "class" and row["title"] == "$class"
+    found = [(title, ref, expr.replace("$class", "pool-000")) for title, ref, expr in queries(model)]
+    assert any('class="pool-000"' in expr for _, _, expr in found)
+    rules = [{"record": f"dashboard:query_{i}:value", "expr": expr} for i, (_, _, expr) in enumerate(found)]
+    path = tmp_path / "queries.yaml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    done = subprocess.run([require_tool("promtool"), "check", "rules", str(path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr

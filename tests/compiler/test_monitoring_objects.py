@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from external_tools import require_tool
+from prometheus_cluster import fleet
 
 from compiler import compile_policy
 from compiler.targets.monitoring import collectors, rules
@@ -186,3 +187,31 @@ def test_the_allow_list_of_the_seed_cluster(example_policy: Load) -> None:
     resolved = resolve(example_policy("tke-l20-t4"))
     # no GPU Feature Discovery standalone, no MIG: the selectors' labels are all the rules read
     assert collectors.ksm_allowlist(resolved) == ("node.kubernetes.io/instance-type", "nvidia-device-enable")
+
+
+# ----------------------------------------------------------------------------------------- large fleets
+
+
+def test_a_large_fleets_rules_are_split_into_objects_the_prometheus_operator_can_store(tmp_path: Path) -> None:
+    tree = compile_policy(fleet(230))
+    found = objects(tree, "monitoring/")
+    names = sorted(p for p in found if "prometheusrule" in p)
+    assert names == ["monitoring/prometheusrule-gpupolicy-classes-001.yaml",
+                     "monitoring/prometheusrule-gpupolicy-classes-002.yaml",
+                     "monitoring/prometheusrule-gpupolicy-classes-003.yaml",
+                     "monitoring/prometheusrule-gpupolicy.yaml"]
+    assert all(len(tree[p]) < 512 * 1024 for p in names)
+    groups = [g for p in names for g in found[p]["spec"]["groups"]]
+    assert len({g["name"] for g in groups}) == len(groups)
+    recorded = [r["labels"]["class"] for g in groups for r in g["rules"] if r.get("record") == rules.NODE_CLASS]
+    assert sorted(recorded) == [f"pool-{i:03d}" for i in range(230)]
+    # every alert the same policy compiles as one object is there, the per-class ones once per part
+    alerts = [r["alert"] for g in groups for r in g["rules"] if "alert" in r]
+    assert alerts.count("GPUPolicyNodeLabelMissing") == 3 and alerts.count("GPUPolicyAllocatableDrift") == 1
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": groups}))
+    done = subprocess.run([require_tool("promtool"), "check", "rules", str(path)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert yaml.safe_load(tree["monitoring/kustomization.yaml"])["resources"] == [p.split("/")[1] for p in
+                                                                                 sorted(found)]

@@ -25,6 +25,7 @@ COMPONENT = "monitoring"
 RULE_NAME = "gpupolicy"
 DASHBOARD_CONFIG_MAP = "gpupolicy-dashboard"
 PROMETHEUS_API_VERSION = "monitoring.coreos.com/v1"
+CLASSES_PER_RULE = 100
 METRICS_PATH = "/metrics"  # the webhook serves its metrics on its HTTPS port (webhook/routes.py)
 
 
@@ -35,7 +36,7 @@ def render_monitoring(resolved: ResolvedPolicy) -> list[Obj]:
     if not settings.enabled:
         return []
     ctx = rules.Context(resolved)
-    out = [_prometheus_rule(ctx)]
+    out = _prometheus_rules(ctx)
     if settings.dashboard.enabled:
         out.append(_dashboard_config_map(ctx))
     if ctx.admission:
@@ -72,15 +73,38 @@ def _metadata(ctx: rules.Context, name: str, namespace: str, extra_labels: dict[
                             annotations={objects.SYNC_WAVE: objects.SYNC_WAVE_MONITORING, **(annotations or {})})
 
 
-def _prometheus_rule(ctx: rules.Context) -> Obj:
-    groups: dict[str, list[Obj]] = {rules.RECORDING_GROUP: [_recording(rec) for rec in rules.recording_rules(ctx)]}
-    for alert in rules.alerts(ctx):
-        groups.setdefault(alert.group, []).append(_alert(ctx, alert))
+def _prometheus_rules(ctx: rules.Context) -> list[Obj]:
+    """One PrometheusRule; for a fleet of more than CLASSES_PER_RULE classes, the rules written class by class
+    go to further objects of at most that many classes each, so that no object nears the 1 MiB the Prometheus
+    Operator can put into one rule ConfigMap (about 2 KiB per class)."""
+    classes = [c.name for c in ctx.classes]
+    if len(classes) <= CLASSES_PER_RULE:
+        groups = {rules.RECORDING_GROUP: [_recording(rec) for rec in rules.recording_rules(ctx)]}
+        return [_rule_object(ctx, RULE_NAME, _with_alerts(ctx, groups, None))]
+    groups = {f"{rules.RECORDING_GROUP}.devices": [_recording(rec) for rec in rules.device_recordings(ctx)]}
+    out = [_rule_object(ctx, RULE_NAME, _with_alerts(ctx, groups, False))]
+    for start in range(0, len(classes), CLASSES_PER_RULE):
+        part = f"{start // CLASSES_PER_RULE + 1:03d}"
+        scoped = rules.Context(ctx.resolved, tuple(classes[start:start + CLASSES_PER_RULE]))
+        groups = {f"{rules.RECORDING_GROUP}.{part}": [_recording(rec) for rec in rules.class_recordings(scoped)]}
+        out.append(_rule_object(ctx, f"{RULE_NAME}-classes-{part}", _with_alerts(scoped, groups, True, part)))
+    return out
+
+
+def _with_alerts(ctx: rules.Context, groups: dict[str, list[Obj]], per_class: bool | None,
+                 part: str | None = None) -> dict[str, list[Obj]]:
+    for alert in rules.alerts(ctx, per_class=per_class):
+        name = alert.group if part is None else f"{alert.group}.{part}"
+        groups.setdefault(name, []).append(_alert(ctx, alert))
+    return groups
+
+
+def _rule_object(ctx: rules.Context, name: str, groups: dict[str, list[Obj]]) -> Obj:
     return {
         "apiVersion": PROMETHEUS_API_VERSION,
         "kind": "PrometheusRule",
-        "metadata": _metadata(ctx, RULE_NAME, _namespace(ctx), dict(ctx.settings.labels)),
-        "spec": {"groups": [{"name": name, "rules": group} for name, group in groups.items()]},
+        "metadata": _metadata(ctx, name, _namespace(ctx), dict(ctx.settings.labels)),
+        "spec": {"groups": [{"name": group, "rules": items} for group, items in groups.items() if items]},
     }
 
 

@@ -41,6 +41,11 @@ GRID_WIDTH = 24
 UID_LENGTH = 40  # Grafana's limit on dashboard uids
 #: Rows beyond this many classes start collapsed: Grafana queries a collapsed row's panels only when opened.
 EXPANDED_CLASSES = 4
+#: Beyond this many classes one row, repeated by Grafana for each value of a `class` variable, replaces the rows
+#: written out per class: the dashboard keeps one size (a ConfigMap holds at most 1 MiB, some 70 written-out
+#: rows), and what is particular to a class comes from its recorded expectations.
+STATIC_ROWS = 16
+CLASS_VARIABLE = "class"
 
 _DEVICE_LEGEND = "{{node}} GPU {{gpu}} {{GPU_I_PROFILE}}"
 _POD_LEGEND = "{{namespace}}/{{pod}}"
@@ -79,10 +84,12 @@ class _Grid:
         self.y += self.line_height
         self.x, self.line_height = 0, 0
 
-    def add_row(self, title: str, *, collapsed: bool = False) -> None:
+    def add_row(self, title: str, *, collapsed: bool = False, repeat: str | None = None) -> None:
         self._newline()
         row: Obj = {"type": "row", "id": self._id(), "title": title, "collapsed": collapsed, "panels": [],
                     "gridPos": {"h": 1, "w": GRID_WIDTH, "x": 0, "y": self.y}}
+        if repeat is not None:
+            row["repeat"] = repeat
         self.panels.append(row)
         self.row = row if collapsed else None
         self.y += 1
@@ -153,6 +160,29 @@ def _table(title: str, description: str, expr: Expr) -> Obj:
     }
 
 
+@dataclass(frozen=True)
+class _ClassRow:
+    """A class's row: its name in queries (or the repeated row's variable) and what the compiler knows of it."""
+
+    name: str
+    title: str
+    labels_title: str
+    isolation: str
+    per_pod_activity: bool
+    """dcgm-exporter reports per-pod SM utilization for these GPUs (never for MIG instances)."""
+
+
+def _static_row(c: ResolvedClass) -> _ClassRow:
+    offers = ", ".join(f"{o.per_node} {o.resource}" for o in c.offers)
+    return _ClassRow(c.name, f"{c.name}: {c.gpu_count} x {c.product}, {c.mode_name} ({offers} per node)",
+                     "MIG state" if c.mig_config is not None else "Node labels", modes.watch(c).isolation,
+                     c.mig_strategy == "none")
+
+
+_REPEATED_ROW = _ClassRow(f"${CLASS_VARIABLE}", f"${CLASS_VARIABLE}", "Node labels and MIG state",
+                          "as the class's sharing mode allows (REPORT.md, Per class)", True)
+
+
 # ----------------------------------------------------------------------------------------- queries
 
 
@@ -174,47 +204,53 @@ def _rate(metric: str, *matchers: Matcher) -> Expr:
     return call("rate", sel(metric, *matchers).over(RATE_INTERVAL))
 
 
-def _slots_panel(c: ResolvedClass) -> Obj:
-    before = mul(aggregate("count", _nodes_of(c.name)), number(c.gpu_count))
+def _before(name: str | None = None) -> Expr:
+    """Whole GPUs on the nodes of one class (or of every class), from the GPUs per node it records."""
+    nodes = aggregate("count", _nodes_of(name) if name else sel(r.NODE_CLASS), ("class",))
+    gpus = sel(r.CLASS_GPUS_PER_NODE, eq("class", name)) if name else sel(r.CLASS_GPUS_PER_NODE)
+    return aggregate("sum", mul(nodes, gpus, on=("class",)))
+
+
+def _slots_panel(row: _ClassRow) -> Obj:
     return _stat("Slots before / after", (
-        f"before: whole GPUs on the class's nodes ({c.gpu_count} per node); compiled: what every node should "
-        "advertise once its config is live; advertised: what the nodes advertise now. compiled and advertised "
-        "differ while a config rolls out, and GPUPolicyAllocatableDrift fires if they stay apart."), _targets(
-        (before, "before"),
-        (aggregate("sum", sel(r.EXPECTED_ALLOCATABLE, eq("class", c.name))), "compiled"),
-        (aggregate("sum", _advertised(c.name)), "advertised"),
-        (aggregate("count", _nodes_of(c.name)), "nodes"),
+        "before: whole GPUs on the class's nodes; compiled: what every node should advertise once its config "
+        "is live; advertised: what the nodes advertise now. compiled and advertised differ while a config rolls "
+        "out, and GPUPolicyAllocatableDrift fires if they stay apart."), _targets(
+        (_before(row.name), "before"),
+        (aggregate("sum", sel(r.EXPECTED_ALLOCATABLE, eq("class", row.name))), "compiled"),
+        (aggregate("sum", _advertised(row.name)), "advertised"),
+        (aggregate("count", _nodes_of(row.name)), "nodes"),
     ))
 
 
-def _allocation_panel(c: ResolvedClass) -> Obj:
+def _allocation_panel(row: _ClassRow) -> Obj:
     running = cmp(sel(sig.KSM_POD_PHASE, eq("phase", "Running")), "==", number(1))
-    requested = _on_nodes(and_(sig.nvidia(sig.KSM_POD_REQUESTS), running, on=("namespace", "pod")), c.name)
+    requested = _on_nodes(and_(sig.nvidia(sig.KSM_POD_REQUESTS), running, on=("namespace", "pod")), row.name)
     return _timeseries("Allocation", "Slots requested by running pods against slots the class's nodes advertise, "
                        "per resource.", _targets(
                            (aggregate("sum", requested, ("resource",)), "{{resource}} requested"),
-                           (aggregate("sum", _advertised(c.name), ("resource",)), "{{resource}} advertised"),
+                           (aggregate("sum", _advertised(row.name), ("resource",)), "{{resource}} advertised"),
                        ), "short")
 
 
-def _memory_panel(c: ResolvedClass, per_pod: bool) -> Obj:
-    per_slot = div(sel(r.GPU_MEMORY_USED, eq("class", c.name)), sel(r.CLASS_REPLICAS, eq("class", c.name)),
+def _memory_panel(row: _ClassRow, per_pod: bool) -> Obj:
+    per_slot = div(sel(r.GPU_MEMORY_USED, eq("class", row.name)), sel(r.CLASS_REPLICAS, eq("class", row.name)),
                    on=("class", "GPU_I_PROFILE"), group_left=())
     queries: list[tuple[Expr, str | None]] = [
         (per_slot, f"{_DEVICE_LEGEND} per slot"),
-        (sel(r.CLASS_SLOT_MEMORY, eq("class", c.name)), "budget {{resource}} {{GPU_I_PROFILE}}"),
+        (sel(r.CLASS_SLOT_MEMORY, eq("class", row.name)), "budget {{resource}} {{GPU_I_PROFILE}}"),
     ]
     if per_pod:
-        queries.append((sel(r.POD_MEMORY_USED, eq("class", c.name)), _POD_LEGEND))
+        queries.append((sel(r.POD_MEMORY_USED, eq("class", row.name)), _POD_LEGEND))
     return _timeseries("Memory per slot against its budget", (
         "Device memory in use divided by its replicas, against the memory per slot the class was sized for "
-        f"(its budget). Isolation: {modes.watch(c).isolation}. {_DCGM_NOTES}"), _targets(*queries), "mbytes")
+        f"(its budget). Isolation: {row.isolation}. {_DCGM_NOTES}"), _targets(*queries), "mbytes")
 
 
-def _activity_panel(c: ResolvedClass, per_pod: bool) -> Obj:
-    queries: list[tuple[Expr, str | None]] = [(sel(r.GPU_SM_ACTIVE, eq("class", c.name)), _DEVICE_LEGEND)]
-    if per_pod and c.mig_strategy == "none":  # no per-process SM utilization on MIG (process_metrics.go)
-        queries.append((sel(r.POD_UTILIZATION, eq("class", c.name)), f"{_POD_LEGEND} SM utilization"))
+def _activity_panel(row: _ClassRow, per_pod: bool) -> Obj:
+    queries: list[tuple[Expr, str | None]] = [(sel(r.GPU_SM_ACTIVE, eq("class", row.name)), _DEVICE_LEGEND)]
+    if per_pod and row.per_pod_activity:
+        queries.append((sel(r.POD_UTILIZATION, eq("class", row.name)), f"{_POD_LEGEND} SM utilization"))
     return _timeseries("SM activity", (
         "Share of cycles the SMs have work (DCGM_FI_PROF_SM_ACTIVE, or the graphics engine's activity where "
         "the counters file leaves SM activity off). Memory in use is not GPU use: a device holding memory with "
@@ -222,26 +258,40 @@ def _activity_panel(c: ResolvedClass, per_pod: bool) -> Obj:
         _targets(*queries), "percentunit", maximum=1)
 
 
-def _labels_panel(c: ResolvedClass) -> Obj:
-    title = "MIG state" if c.mig_config is not None else "Node labels"
-    return _table(title, (
+def _labels_panel(row: _ClassRow) -> Obj:
+    return _table(row.labels_title, (
         "The class's nodes with the labels kube-state-metrics exports (its --metric-labels-allowlist): the "
         "selector, GPU Feature Discovery's product and replicas, and mig-manager's nvidia.com/mig.config and "
         "nvidia.com/mig.config.state (pending, rebooting, success, failed)."),
-        _on_nodes(sel(sig.KSM_NODE_LABELS), c.name))
+        _on_nodes(sel(sig.KSM_NODE_LABELS), row.name))
 
 
-def _class_title(c: ResolvedClass) -> str:
-    offers = ", ".join(f"{o.per_node} {o.resource}" for o in c.offers)
-    return f"{c.name}: {c.gpu_count} x {c.product}, {c.mode_name} ({offers} per node)"
+def _class_panels(grid: _Grid, ctx: r.Context, row: _ClassRow) -> None:
+    grid.add(_slots_panel(row), 6, 8)
+    grid.add(_allocation_panel(row), 9, 8)
+    grid.add(_labels_panel(row), 9, 8)
+    if ctx.dcgm:
+        grid.add(_memory_panel(row, ctx.per_pod), 12, 8)
+        grid.add(_activity_panel(row, ctx.per_pod), 12, 8)
+
+
+def _class_rows(grid: _Grid, ctx: r.Context) -> None:
+    if len(ctx.classes) > STATIC_ROWS:
+        grid.add_row(_REPEATED_ROW.title, repeat=CLASS_VARIABLE)
+        _class_panels(grid, ctx, _REPEATED_ROW)
+        return
+    collapsed = len(ctx.classes) > EXPANDED_CLASSES
+    for c in ctx.classes:
+        row = _static_row(c)
+        grid.add_row(row.title, collapsed=collapsed)
+        _class_panels(grid, ctx, row)
 
 
 def _cluster_row(grid: _Grid, ctx: r.Context) -> None:
     grid.add_row(f"Cluster {ctx.resolved.name}")
-    gpus = mul(aggregate("count", sel(r.NODE_CLASS), ("class",)), sel(r.CLASS_GPUS_PER_NODE), on=("class",))
     grid.add(_stat("GPU slots", "All classes: whole GPUs before sharing, slots the compiled configs promise, "
                    "and slots the nodes advertise now.", _targets(
-                       (aggregate("sum", gpus), "before"),
+                       (_before(), "before"),
                        (aggregate("sum", sel(r.EXPECTED_ALLOCATABLE)), "compiled"),
                        (aggregate("sum", _advertised()), "advertised"),
                    )), 8, 6)
@@ -279,21 +329,23 @@ def _admission_row(grid: _Grid, ctx: r.Context) -> None:
         ), "reqps"), 8, 8)
 
 
+def _variables(ctx: r.Context) -> list[Obj]:
+    found: list[Obj] = [{"name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
+                         "hide": 0}]
+    if len(ctx.classes) > STATIC_ROWS:
+        found.append({"name": CLASS_VARIABLE, "label": "Node class", "type": "query", "datasource": DATASOURCE,
+                      "query": f"label_values({r.NODE_CLASS}, class)", "refresh": 1, "sort": 1, "multi": True,
+                      "includeAll": True, "hide": 0})
+    return found
+
+
 def render_dashboard(ctx: r.Context) -> Obj:
     """The dashboard JSON model of one cluster."""
     grid = _Grid()
     _cluster_row(grid, ctx)
     if ctx.admission:
         _admission_row(grid, ctx)
-    collapsed = len(ctx.classes) > EXPANDED_CLASSES
-    for c in ctx.classes:
-        grid.add_row(_class_title(c), collapsed=collapsed)
-        grid.add(_slots_panel(c), 6, 8)
-        grid.add(_allocation_panel(c), 9, 8)
-        grid.add(_labels_panel(c), 9, 8)
-        if ctx.dcgm:
-            grid.add(_memory_panel(c, ctx.per_pod), 12, 8)
-            grid.add(_activity_panel(c, ctx.per_pod), 12, 8)
+    _class_rows(grid, ctx)
     return {
         "uid": dashboard_uid(ctx.resolved.name),
         "title": f"GPU sharing: {ctx.resolved.name}",
@@ -305,8 +357,7 @@ def render_dashboard(ctx: r.Context) -> Obj:
         "time": {"from": "now-6h", "to": "now"},
         "refresh": "1m",
         "timezone": "browser",
-        "templating": {"list": [{"name": "datasource", "label": "Data source", "type": "datasource",
-                                 "query": "prometheus", "hide": 0}]},
+        "templating": {"list": _variables(ctx)},
         "annotations": {"list": []},
         "links": [],
         "panels": grid.panels,

@@ -271,12 +271,32 @@ def render(e: Expr) -> str:
     if isinstance(e, Aggregate):
         inner = render(e.expr) if e.param is None else f"{render(e.param)}, {render(e.expr)}"
         return f"{_head(e)} ({inner})"
-    lhs, rhs = render(e.lhs), render(e.rhs)
-    if _needs_parens(e, e.lhs, right=False):
-        lhs = f"({lhs})"
-    if _needs_parens(e, e.rhs, right=True):
-        rhs = f"({rhs})"
-    return f"{lhs} {_operator(e)} {rhs}"
+    # A left-nested chain of one operator (a or b or c ..., thousands long for a large fleet) is rendered in a
+    # loop, not by recursion.
+    chain = _chain(e)
+    parts = []
+    for i, operand in enumerate(chain):
+        text = render(operand)
+        if _needs_parens(e, operand, right=i > 0):
+            text = f"({text})"
+        parts.append(text)
+    return f" {_operator(e)} ".join(parts)
+
+
+def _chain(e: Binary) -> list[Expr]:
+    """The operands of ``((a op b) op c) op d`` in order, for one operator with the same modifiers."""
+    operands: list[Expr] = [e.rhs]
+    left = e.lhs
+    while isinstance(left, Binary) and _same_link(left, e):
+        operands.append(left.rhs)
+        left = left.lhs
+    operands.append(left)
+    return operands[::-1]
+
+
+def _same_link(a: Binary, b: Binary) -> bool:
+    return (a.op, a.on, a.group_left, a.bool_) == (b.op, b.on, b.group_left, b.bool_)
+
 
 
 def render_lines(e: Expr) -> str:
@@ -293,6 +313,14 @@ def _lines(e: Expr) -> list[str]:
     flat = render(e)
     if len(flat) <= WIDTH:
         return [flat]
+    if isinstance(e, Binary) and len(chain := _chain(e)) > 2:
+        # A long chain breaks before each operator, its operands at one level: a or b or c ...
+        out: list[str] = []
+        for i, operand in enumerate(chain):
+            inner = _lines(operand)
+            wrap = _needs_parens(e, operand, right=i > 0) or (isinstance(operand, Binary) and len(inner) > 1)
+            out += [*(["(", *_indent(inner), ")"] if wrap else inner), *([_operator(e)] if i < len(chain) - 1 else [])]
+        return out
     if isinstance(e, Binary):
         def operand(child: Expr, right: bool) -> list[str]:
             # A binary operand broken over lines gets parentheses even where precedence does not need them,

@@ -89,9 +89,15 @@ class Alert:
 
 @dataclass(frozen=True)
 class Context:
-    """The policy as the rules read it."""
+    """The policy as the rules read it; `scope` narrows the rules written class by class (recording rules and
+    the per-class terms of the label alerts) to some classes, when a large fleet's rules are split."""
 
     resolved: ResolvedPolicy
+    scope: tuple[str, ...] | None = None
+
+    @property
+    def scoped(self) -> tuple[ResolvedClass, ...]:
+        return tuple(c for c in self.classes if self.scope is None or c.name in self.scope)
 
     @property
     def settings(self) -> Monitoring:
@@ -200,12 +206,17 @@ def _gpu_pods(metric: str) -> Expr:
 
 
 def recording_rules(ctx: Context) -> list[Recording]:
-    """Per class: its nodes, what they must advertise, replicas and memory per slot, its MIG config and the
-    memory-pressure threshold; then the DCGM device (and pod) series joined to the class of their node.
-    In evaluation order: Prometheus evaluates a group's rules in sequence, each seeing the ones before."""
+    """The class recordings, then the device recordings that join DCGM series to them. In evaluation order:
+    Prometheus evaluates a group's rules in sequence, each seeing the ones before."""
+    return class_recordings(ctx) + device_recordings(ctx)
+
+
+def class_recordings(ctx: Context) -> list[Recording]:
+    """Per class in scope: its nodes, what they must advertise, replicas and memory per slot, its MIG config and
+    the memory-pressure threshold."""
     out = [Recording(NODE_CLASS, _max_by(("node",), sig.node_labels(c.node_selector)),
-                     {"class": c.name, "sharing": c.mode_name}) for c in ctx.classes]
-    for c in ctx.classes:
+                     {"class": c.name, "sharing": c.mode_name}) for c in ctx.scoped]
+    for c in ctx.scoped:
         for offer in c.offers:
             resource = {"class": c.name, "resource": sig.ksm_resource(offer.resource)}
             out.append(Recording(EXPECTED_ALLOCATABLE, mul(_max_by(("node",), _class(c.name)), number(offer.per_node)),
@@ -223,6 +234,12 @@ def recording_rules(ctx: Context) -> list[Recording]:
         if ctx.dcgm and modes.watch(c).memory_pressure:
             out.append(Recording(CLASS_MEMORY_PRESSURE, call("vector", number(memory_pressure_ratio(c, ctx.settings))),
                                  {"class": c.name}))
+    return out
+
+
+def device_recordings(ctx: Context) -> list[Recording]:
+    """dcgm-exporter's device (and pod) series, joined to the class of their node."""
+    out: list[Recording] = []
     if ctx.dcgm:
         used = _device(sig.DCGM_FB_USED)
         out += [
@@ -276,7 +293,7 @@ def _label_terms(ctx: Context, wanted: Callable[[ResolvedClass], dict[str, str]]
     terms = [
         _tag(_tag(unless(_class(c.name), sig.node_labels({key: value}), on=("node",)), "label", key),
              "expected", value)
-        for c in ctx.classes for key, value in wanted(c).items()
+        for c in ctx.scoped for key, value in wanted(c).items()
     ]
     return or_(*terms) if terms else None
 
@@ -506,6 +523,8 @@ class AlertSpec:
     summary: str
     description: str
     build: Callable[[Context], Expr | None]
+    per_class: bool = False
+    """Its expression spells out each class in scope (and so grows with the fleet)."""
 
 
 _NODES, _WORKLOADS, _WEBHOOK, _USAGE = "gpupolicy.nodes", "gpupolicy.workloads", "gpupolicy.webhook", "gpupolicy.usage"
@@ -550,14 +569,14 @@ ALERTS: tuple[AlertSpec, ...] = (
         "{{ $labels.label }}={{ $labels.expected }}: the class's sharing config is not live there (the product "
         "gets -SHARED and the replicas count only once it is), GPU Feature Discovery runs without the config, "
         "or kube-state-metrics does not export the label.",
-        _sharing_label_drift),
+        _sharing_label_drift, per_class=True),
     AlertSpec(
         "GPUPolicyNodeLabelMissing", _NODES, "warning", "15m",
         "{{ $labels.node }} lacks {{ $labels.label }}={{ $labels.expected }} (class {{ $labels.class }})",
         "Node {{ $labels.node }} of class {{ $labels.class }} does not carry {{ $labels.label }}="
         "{{ $labels.expected }}, a label the compiled output needs on it (REPORT.md, Node labels): without it "
         "the operator picks no device-plugin config, mig-manager applies no layout, or the MPS daemon stays off.",
-        _node_label_missing),
+        _node_label_missing, per_class=True),
     AlertSpec(
         "GPUPolicyMIGReconfigFailed", _NODES, "critical", "5m",
         "MIG reconfiguration failed on {{ $labels.node }}",
@@ -701,10 +720,13 @@ ALERTS: tuple[AlertSpec, ...] = (
 )
 
 
-def alerts(ctx: Context) -> list[Alert]:
-    """The catalogue's alerts that apply to this policy, in catalogue order."""
+def alerts(ctx: Context, *, per_class: bool | None = None) -> list[Alert]:
+    """The catalogue's alerts that apply to this policy, in catalogue order; only the per-class ones, or only the
+    others, when asked."""
     out = []
     for spec in ALERTS:
+        if per_class is not None and spec.per_class != per_class:
+            continue
         expr = spec.build(ctx)
         if expr is not None:
             out.append(Alert(spec.name, spec.group, spec.severity, spec.for_, spec.summary, spec.description, expr))
