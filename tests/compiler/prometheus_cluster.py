@@ -15,8 +15,14 @@ label value matters, a label the rules do not read is left out. MIG GPUs report 
 from __future__ import annotations
 
 import copy
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from external_tools import require_tool
 
 from compiler.targets import admission_webhook, device_plugin
 from compiler.targets.monitoring import modes, rules
@@ -29,6 +35,23 @@ MINUTES = 200
 APPS = "apps"
 WEBHOOK_PODS = ("gpupolicy-webhook-a", "gpupolicy-webhook-b")
 Labels = dict[str, str]
+
+
+def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([require_tool("promtool"), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+def check_rules(groups: list[dict[str, Any]], directory: Path) -> subprocess.CompletedProcess[str]:
+    """`promtool check rules` over these rule groups, written to a file in `directory`."""
+    path = directory / "rules.yaml"
+    path.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    return promtool("check", "rules", str(path), cwd=directory)
+
+
+def check_queries(exprs: list[str], directory: Path) -> subprocess.CompletedProcess[str]:
+    """promtool's PromQL parser over expressions: each one recorded by a throwaway rule."""
+    return check_rules([{"name": "queries", "rules": [{"record": f"query:n{i}:value", "expr": e}
+                                                       for i, e in enumerate(exprs)]}], directory)
 
 
 def constant(value: float, minutes: int = MINUTES) -> str:

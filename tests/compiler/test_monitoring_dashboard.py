@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from external_tools import require_tool
 from jsonschema import Draft7Validator
-from prometheus_cluster import fleet, healthy
+from prometheus_cluster import check_queries, fleet, healthy, promtool
 
 from compiler import compile_policy
 from compiler.targets.monitoring import dashboard
@@ -103,11 +101,7 @@ def test_the_vendored_schemas_reject_what_grafana_would_not_load() -> None:
 def test_every_query_is_valid_promql_to_promtool(example_policy: Load, name: str, tmp_path: Path) -> None:
     found = list(queries(board(example_policy, name)))
     assert all("$" not in expr for _, _, expr in found), "a Grafana variable promtool cannot parse"
-    rules = [{"record": f"dashboard:query_{i}:value", "expr": expr} for i, (_, _, expr) in enumerate(found)]
-    path = tmp_path / "queries.yaml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
-    done = subprocess.run([require_tool("promtool"), "check", "rules", str(path)], capture_output=True, text=True,
-                          timeout=120)
+    done = check_queries([expr for _, _, expr in found], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"SUCCESS: {len(found)} rules found" in done.stdout
 
@@ -136,8 +130,7 @@ def test_every_panel_shows_data_on_a_healthy_cluster(example_policy: Load, name:
     }]
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
                                                          "tests": tests}, sort_keys=False))
-    done = subprocess.run([require_tool("promtool"), "test", "rules", "tests.yaml"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300)
+    done = promtool("test", "rules", "tests.yaml", cwd=tmp_path)
     names = {f"Query{i}": f"{title} ({ref})" for i, (title, ref, _) in enumerate(found)}
     failed = sorted({names[n] for n in re.findall(r"alertname: (Query\d+),", done.stdout + done.stderr)})
     assert done.returncode == 0, f"empty or failing panels: {failed}\n{done.stdout[-3000:]}{done.stderr[-2000:]}"
@@ -225,9 +218,5 @@ def test_a_large_fleet_gets_one_row_repeated_per_class_and_stays_small(tmp_path:
     assert row["repeat"] == "class" and row["title"] == "$class"
     found = [(title, ref, expr.replace("$class", "pool-000")) for title, ref, expr in queries(model)]
     assert any('class="pool-000"' in expr for _, _, expr in found)
-    rules = [{"record": f"dashboard:query_{i}:value", "expr": expr} for i, (_, _, expr) in enumerate(found)]
-    path = tmp_path / "queries.yaml"
-    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
-    done = subprocess.run([require_tool("promtool"), "check", "rules", str(path)], capture_output=True, text=True,
-                          timeout=120)
+    done = check_queries([expr for _, _, expr in found], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from external_tools import require_tool
-from prometheus_cluster import fleet
+from prometheus_cluster import check_rules, fleet
 
 from compiler import compile_policy
 from compiler.targets.monitoring import collectors, rules
@@ -208,10 +208,7 @@ def test_a_large_fleets_rules_are_split_into_objects_the_prometheus_operator_can
     # every alert the same policy compiles as one object is there, the per-class ones once per part
     alerts = [r["alert"] for g in groups for r in g["rules"] if "alert" in r]
     assert alerts.count("GPUPolicyNodeLabelMissing") == 3 and alerts.count("GPUPolicyAllocatableDrift") == 1
-    path = tmp_path / "rules.yaml"
-    path.write_text(yaml.safe_dump({"groups": groups}))
-    done = subprocess.run([require_tool("promtool"), "check", "rules", str(path)], capture_output=True, text=True,
-                          timeout=120)
+    done = check_rules(groups, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert yaml.safe_load(tree["monitoring/kustomization.yaml"])["resources"] == [p.split("/")[1] for p in
                                                                                  sorted(found)]

@@ -4,15 +4,13 @@ miss, on a synthetic cluster of each example (tests/compiler/prometheus_cluster.
 from __future__ import annotations
 
 import re
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from external_tools import require_tool
-from prometheus_cluster import MINUTES, SCENARIOS, Scenario, healthy
+from prometheus_cluster import MINUTES, SCENARIOS, Scenario, check_rules, healthy, promtool
 
 from compiler import compile_policy
 from compiler.targets.monitoring import rules
@@ -35,13 +33,6 @@ def rule_object(example_policy: Load, variant: str) -> dict[str, Any]:
     return yaml.safe_load(compile_policy(example_policy(name, *edits))[RULE_FILE])
 
 
-def rule_file(rule: dict[str, Any], path: Path) -> Path:
-    path.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}, sort_keys=False))
-    return path
-
-
-def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([require_tool("promtool"), *args], cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 def alerts_of(rule: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -54,7 +45,7 @@ def alerts_of(rule: dict[str, Any]) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_promtool_accepts_the_compiled_rules(example_policy: Load, variant: str, tmp_path: Path) -> None:
     rule = rule_object(example_policy, variant)
-    done = promtool("check", "rules", str(rule_file(rule, tmp_path / "rules.yaml")), cwd=tmp_path)
+    done = check_rules(rule["spec"]["groups"], tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "SUCCESS" in done.stdout
 
