@@ -575,9 +575,10 @@ def _monitoring_section(m: MonitoringReport) -> list[str]:
         *_yaml_block(m.kube_prometheus_stack_values),
     ]
     if m.dcgm_counters and m.dcgm_exporter_values is None:
-        out += ["", "dcgm-exporter is run by the GPU Operator: the ClusterPolicy in `gpu-operator/` points it at "
-                "the counters in `gpu-operator/configmap-dcgm-metrics.yaml` and configures its ServiceMonitor "
-                "(pod labels kept, the node's name added, the labels above)."]
+        out += ["", "dcgm-exporter is run by the GPU Operator: the tree's `dcgmExporter` fields (in the operator's "
+                "Helm values, or the ClusterPolicy patch) point it at the counters in "
+                "`dcgm-exporter/configmap.yaml` and configure its ServiceMonitor (pod labels kept, the node's name "
+                "added, the labels above)."]
     elif m.dcgm_counters:
         out += ["", "dcgm-exporter must run on the GPU nodes with the counters the rules read "
                 "(`DCGM_FI_PROF_SM_ACTIVE` is off in its default list) and a ServiceMonitor that keeps its pod "

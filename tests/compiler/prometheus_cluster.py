@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from external_tools import require_tool
 
-from compiler.targets import admission_webhook, device_plugin
+from compiler.targets import admission_webhook, device_plugin, node_labels
 from compiler.targets.monitoring import modes, rules
 from compiler.targets.monitoring import signals as sig
 from policy.model import ClusterGPUPolicy, Monitoring
@@ -200,7 +200,17 @@ def healthy(resolved: ResolvedPolicy) -> Cluster:
                           resource=sig.ksm_resource(c.offers[0].resource))
     if resolved.spec.admission.enabled:
         _healthy_webhook(cluster)
+    if node_labels.render_node_labels(resolved):
+        _healthy_reconciler(cluster)
     return cluster
+
+
+def _healthy_reconciler(cluster: Cluster) -> None:
+    """The node-label reconciler runs, has applied its labels and met no conflict (the gauge has no series)."""
+    namespace = cluster.resolved.spec.admission.namespace
+    cluster.set(sig.KSM_DEPLOYMENT_AVAILABLE, {"namespace": namespace, "deployment": node_labels.NAME}, constant(1))
+    cluster.set(sig.RECONCILER_ERRORS, {"namespace": namespace, "pod": f"{node_labels.NAME}-0", "verb": "patch"},
+                constant(0))
 
 
 def _healthy_gpus(cluster: Cluster) -> None:
@@ -279,6 +289,7 @@ def _healthy_webhook(cluster: Cluster) -> None:
                                             "operation": "CREATE"}, counter(3))
         for le in ("0.0005", "0.001", "0.0025", "+Inf"):  # the webhook's own histogram: every review in 2 ms
             cluster.set(sig.WEBHOOK_DURATION, {**target, "le": le}, counter(0 if le == "0.0005" else 3))
+        cluster.set(sig.WEBHOOK_DROPPED_CONNECTIONS, {**target, "reason": "timeout"}, constant(0))
 
 
 # ----------------------------------------------------------------------------------------- scenarios
@@ -721,6 +732,46 @@ def _surge(base: Cluster) -> Scenario | None:
         return [{"rule": "shared-gpu-request-above-one"}]
 
     return _pair(base, fault, near, 20)
+
+
+def _reconciler(base: Cluster) -> bool:
+    return bool(node_labels.render_node_labels(base.resolved))
+
+
+@scenario("GPUPolicyNodeLabelConflict")
+def _conflict(base: Cluster) -> Scenario | None:
+    if not _reconciler(base):
+        return None
+    namespace = base.resolved.spec.admission.namespace
+    node = base.node(base.classes[0])
+    target = {"namespace": namespace, "pod": f"{node_labels.NAME}-0", "key": "nvidia.com/mig.config"}
+
+    def near(cl: Cluster) -> None:  # a conflict the reconciler saw once, before the other writer gave way
+        cl.set(sig.RECONCILER_CONFLICTS, {**target, "node": cl.node(cl.classes[-1])}, "1x5 _x194")
+
+    def fault(cl: Cluster) -> list[Labels]:
+        cl.set(sig.RECONCILER_CONFLICTS, {**target, "node": node}, constant(1))
+        return [{"node": node, "key": "nvidia.com/mig.config"}]
+
+    return _pair(base, fault, near, 30)
+
+
+@scenario("GPUPolicyNodeLabelReconcilerFailing")
+def _reconciler_failing(base: Cluster) -> Scenario | None:
+    if not _reconciler(base):
+        return None
+    namespace = base.resolved.spec.admission.namespace
+    pod = {"namespace": namespace, "pod": f"{node_labels.NAME}-0"}
+
+    def near(cl: Cluster) -> None:  # one error, long ago: the reconciler retried and went on
+        cl.set(sig.RECONCILER_ERRORS, {**pod, "verb": "list/watch"}, "0x10 1x189")
+
+    def fault(cl: Cluster) -> list[Labels]:
+        cl.set(sig.RECONCILER_ERRORS, {**pod, "verb": "patch"}, counter(1))
+        cl.set(sig.KSM_DEPLOYMENT_AVAILABLE, {"namespace": namespace, "deployment": node_labels.NAME}, constant(0))
+        return [{"namespace": namespace, "verb": "patch"}, {"namespace": namespace, "deployment": node_labels.NAME}]
+
+    return _pair(base, fault, near, 40)
 
 
 def _needs_dcgm(base: Cluster) -> bool:

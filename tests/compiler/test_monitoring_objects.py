@@ -5,24 +5,29 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 from external_tools import require_tool
 from prometheus_cluster import check_rules, fleet
 
 from compiler import compile_policy
+from compiler.targets import gpu_operator
 from compiler.targets.monitoring import collectors, rules
 from compiler.targets.monitoring import signals as sig
+from policy import operator
 from policy.model import ClusterGPUPolicy
 from policy.resolve import resolve
 
 Load = Callable[..., ClusterGPUPolicy]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ["tke-l20-t4", "mixed-fleet", "h20-mig"]
 PER_POD = ("  monitoring:\n    enabled: true\n",
            "  monitoring:\n    enabled: true\n    dcgmExporter: {perPodMetrics: true}\n")
@@ -44,12 +49,16 @@ def objects(tree: Any, prefix: str) -> dict[str, dict[str, Any]]:
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_monitoring_holds_a_rule_a_dashboard_and_the_webhooks_service_monitor(example_policy: Load, name: str) -> None:
+def test_monitoring_holds_a_rule_a_dashboard_and_the_monitors_of_what_the_tree_runs(
+        example_policy: Load, name: str) -> None:
     tree = compile_policy(example_policy(name))
     found = objects(tree, "monitoring/")
+    reconciler = any(p.startswith("node-labels/") for p in tree)  # the tree runs the node-label reconciler
     assert sorted(found) == ["monitoring/configmap-gpupolicy-dashboard.yaml",
+                             *(["monitoring/podmonitor-gpupolicy-node-labels.yaml"] if reconciler else []),
                              "monitoring/prometheusrule-gpupolicy.yaml",
                              "monitoring/servicemonitor-gpupolicy-webhook.yaml"]
+    assert reconciler == (name != "tke-l20-t4")
     for obj in found.values():
         labels = obj["metadata"]["labels"]
         assert labels["app.kubernetes.io/component"] == "monitoring"
@@ -92,6 +101,22 @@ def test_prometheus_scrapes_the_webhook_over_tls_checked_against_its_ca(example_
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 
+def test_prometheus_scrapes_the_node_label_reconciler_by_its_pods_metrics_port(example_policy: Load) -> None:
+    tree = compile_policy(example_policy("mixed-fleet"))
+    monitor = yaml.safe_load(tree["monitoring/podmonitor-gpupolicy-node-labels.yaml"])
+    deployment = yaml.safe_load(tree["node-labels/deployment.yaml"])
+    pod = deployment["spec"]["template"]
+    (container,) = pod["spec"]["containers"]
+    # podmonitors.monitoring.coreos.com: spec.selector (required), namespaceSelector, podMetricsEndpoints
+    assert set(monitor["spec"]) == {"selector", "namespaceSelector", "podMetricsEndpoints"}
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [deployment["metadata"]["namespace"]]}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint == {"port": "metrics", "path": "/metrics"}
+    assert endpoint["port"] in {p["name"] for p in container["ports"]}
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
 def test_the_rules_namespace_and_labels_come_from_the_spec(example_policy: Load) -> None:
     edits = (("  monitoring:\n    enabled: true\n", "  monitoring:\n    enabled: true\n    namespace: monitoring\n"
               "    labels: {prometheus: platform}\n    runbookUrl: https://wiki.example.com/gpu/runbooks\n"),)
@@ -123,7 +148,7 @@ def test_monitoring_builds_with_kustomize(example_policy: Load, name: str, tmp_p
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(done.stdout) if d)
-    assert kinds == ["ConfigMap", "PrometheusRule", "ServiceMonitor"]
+    assert set(kinds) - {"PodMonitor"} == {"ConfigMap", "PrometheusRule", "ServiceMonitor"}
 
 
 # ----------------------------------------------------------------------------------------- exporters
@@ -132,9 +157,9 @@ def test_monitoring_builds_with_kustomize(example_policy: Load, name: str, tmp_p
 def test_the_operator_runs_dcgm_exporter_with_our_counters_and_a_service_monitor_prometheus_selects(
         example_policy: Load) -> None:
     tree = compile_policy(example_policy("h20-mig"))
-    policy = yaml.safe_load(tree["gpu-operator/clusterpolicy.yaml"])
-    config_map = yaml.safe_load(tree["gpu-operator/configmap-dcgm-metrics.yaml"])
-    dcgm = policy["spec"]["dcgmExporter"]
+    values = yaml.safe_load(tree[gpu_operator.VALUES_FILE])
+    config_map = yaml.safe_load(tree["dcgm-exporter/configmap.yaml"])
+    dcgm = values["dcgmExporter"]
     assert dcgm["config"] == {"name": config_map["metadata"]["name"]}
     assert config_map["metadata"]["namespace"] == "gpu-operator"
     assert list(config_map["data"]) == ["dcgm-metrics.csv"]  # the key the operator mounts
@@ -145,9 +170,38 @@ def test_the_operator_runs_dcgm_exporter_with_our_counters_and_a_service_monitor
     assert "hostPID" not in dcgm and "env" not in dcgm
     # a counters change renames the ConfigMap, so the operator rolls dcgm-exporter (it mounts with subPath)
     assert config_map["metadata"]["name"].startswith("gpupolicy-dcgm-metrics-")
-    per_pod = yaml.safe_load(compile_policy(example_policy("h20-mig", PER_POD))["gpu-operator/clusterpolicy.yaml"])
-    assert per_pod["spec"]["dcgmExporter"]["hostPID"] is True
-    assert per_pod["spec"]["dcgmExporter"]["env"] == [{"name": "KUBERNETES_VIRTUAL_GPUS", "value": "true"}]
+    assert "dcgm-exporter" in yaml.safe_load(tree["kustomization.yaml"])["resources"]
+    olm = compile_policy(example_policy("h20-mig", ("installer: helm ", "installer: olm ")))
+    assert yaml.safe_load(olm["gpu-operator/clusterpolicy.yaml"])["spec"]["dcgmExporter"] == dcgm
+
+
+@pytest.mark.parametrize("release", [r for r in operator.RELEASES if r.crd_relabels_dcgm_exporter],
+                         ids=lambda r: r.version)
+def test_the_dcgm_exporter_fields_are_valid_in_every_release_that_can_take_them(
+        example_policy: Load, release: operator.Release) -> None:
+    index = json.loads((ROOT / "schemas" / "gpu-operator" / "index.json").read_text())
+    crd = json.loads((ROOT / "schemas" / "gpu-operator" / index[release.version]["schema"]).read_text())
+    edits = [("      version: v25.3.0\n", f"      version: {release.version}\n")]
+    if release.crd_has_dcgm_exporter_host_pid:
+        edits.append(PER_POD)
+    policy = example_policy("h20-mig", *edits)
+    assert resolve(policy).operator_release == release
+    dcgm = yaml.safe_load(compile_policy(policy)[gpu_operator.VALUES_FILE])["dcgmExporter"]
+    schema = crd["properties"]["spec"]["properties"]["dcgmExporter"]
+    errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(dcgm)]
+    assert errors == [] and _undeclared(schema, dcgm) == []
+    assert ("hostPID" in dcgm) == release.crd_has_dcgm_exporter_host_pid
+
+
+def _undeclared(schema: dict[str, Any], obj: Any, prefix: str = "") -> list[str]:
+    """Fields a structural schema does not declare: the API server would prune them without a word."""
+    if isinstance(obj, list) and "items" in schema:
+        return [f for item in obj for f in _undeclared(schema["items"], item, prefix)]
+    if not isinstance(obj, dict) or "properties" not in schema:
+        return []
+    return [f for k, v in obj.items()
+            for f in ([f"{prefix}{k}"] if k not in schema["properties"]
+                      else _undeclared(schema["properties"][k], v, f"{prefix}{k}."))]
 
 
 def test_standalone_trees_leave_dcgm_exporter_alone_and_document_its_values(example_policy: Load) -> None:

@@ -24,7 +24,8 @@ RULE_FILE = "monitoring/prometheusrule-gpupolicy.yaml"
 VARIANTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     **{name: (name, ()) for name in EXAMPLES},
     "h20-mig-per-pod": ("h20-mig", (("  monitoring:\n    enabled: true\n",
-                                     "  monitoring:\n    enabled: true\n    dcgmExporter: {perPodMetrics: true}\n"),)),
+                                     "  monitoring:\n    enabled: true\n    dcgmExporter: {perPodMetrics: true}\n"),
+                                    ("      version: v25.3.0\n", "      version: v25.10.0\n"))),  # hostPID
 }
 
 

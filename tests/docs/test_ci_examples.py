@@ -344,7 +344,8 @@ def test_the_flux_kustomizations_partition_the_compiled_tree_exactly(
     parts = list(built.values())
     assert set().union(*parts) == whole
     assert sum(len(p) for p in parts) == len(whole), "an object is applied by two Kustomizations"
-    assert {kind for kind, _, _ in built["gpupolicy-monitoring"]} == {"PrometheusRule", "ServiceMonitor", "ConfigMap"}
+    assert {kind for kind, _, _ in built["gpupolicy-monitoring"]} - {"PodMonitor"} == {
+        "PrometheusRule", "ServiceMonitor", "ConfigMap"}
     assert {kind for kind, _, _ in built["gpupolicy-webhook-registration"]} == {"ValidatingWebhookConfiguration"}
     assert ("Deployment", "gpupolicy-system", "gpupolicy-webhook") in built["gpupolicy-webhook"]
     # Node-side objects: plugins (standalone), or the operator's ConfigMaps and the label reconciler.
@@ -431,14 +432,18 @@ def test_every_alert_has_a_runbook_section_and_every_section_an_alert() -> None:
         assert len(rest.split()) > 40, f"{name}: say what it means and what to do"
 
 
-def _exported_metrics() -> set[str]:
+def _exported_metrics(*, reconciler: bool = False) -> set[str]:
+    """The webhook's metric names (and with `reconciler`, the node-label reconciler's too)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
+    from cluster.reconciler import Metrics as ReconcilerMetrics
     from webhook.metrics import Metrics
 
     registry = CollectorRegistry()
     Metrics(registry)
     text = generate_latest(registry).decode()
+    if reconciler:
+        text += generate_latest(ReconcilerMetrics().registry).decode()
     # prometheus_client adds a <name>_created gauge per counter and histogram: creation times, not metrics.
     names = set()
     for name, kind in re.findall(r"^# TYPE (gpupolicy_\w+) (\w+)", text, re.M):
@@ -456,11 +461,12 @@ def test_the_operations_guide_documents_exactly_the_metrics_the_webhook_exports(
 
 
 @pytest.mark.parametrize("example", sorted(CLUSTER_DIRS.values()))
-def test_the_compiled_rules_and_dashboard_use_only_metrics_the_webhook_exports(example: str) -> None:
+def test_the_compiled_rules_and_dashboard_use_only_metrics_the_webhook_and_the_reconciler_export(example: str) -> None:
     out = REPO / "examples" / "clusters" / example / "out" / "monitoring"
     text = "".join(p.read_text() for p in out.glob("*.yaml"))
-    used = set(re.findall(r"\bgpupolicy_[a-z_]+\b", text)) - {"gpupolicy_dashboard"}
-    assert used and used <= _exported_metrics(), used - _exported_metrics()
+    used = set(re.findall(r"\bgpupolicy_[a-z_]+\b", text))
+    exported = _exported_metrics(reconciler=True)
+    assert used and used <= exported, used - exported
 
 
 # ------------------------------------------------------------------------------------------------ troubleshooting

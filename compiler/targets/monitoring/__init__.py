@@ -1,4 +1,5 @@
-"""Monitoring the policy in production: a PrometheusRule, a Grafana dashboard and the webhook's ServiceMonitor.
+"""Monitoring the policy in production: a PrometheusRule, a Grafana dashboard, the webhook's ServiceMonitor and the
+node-label reconciler's PodMonitor.
 
 `render_monitoring` returns the objects of the tree's monitoring/ component (spec.monitoring.enabled);
 `render_dcgm_metrics` the dcgm-exporter counters ConfigMap the GPU Operator mounts, with the ClusterPolicy
@@ -14,7 +15,7 @@ import json
 
 from compiler import objects
 from compiler.objects import Obj
-from compiler.targets import admission_webhook
+from compiler.targets import admission_webhook, node_labels
 from compiler.targets.monitoring import collectors, dashboard, rules
 from compiler.targets.monitoring.promql import render_lines
 from policy.resolve import ResolvedPolicy
@@ -41,6 +42,8 @@ def render_monitoring(resolved: ResolvedPolicy) -> list[Obj]:
         out.append(_dashboard_config_map(ctx))
     if ctx.admission:
         out.append(_webhook_service_monitor(ctx))
+    if node_labels.render_node_labels(resolved):
+        out.append(_reconciler_pod_monitor(ctx))
     return out
 
 
@@ -54,7 +57,7 @@ def render_dcgm_metrics(resolved: ResolvedPolicy) -> Obj | None:
         return None
     return objects.config_map(collectors.DCGM_CONFIG_MAP, {collectors.DCGM_CSV_KEY: collectors.dcgm_csv()},
                               namespace=spec.device_plugin.operator.namespace,
-                              labels=objects.labels(resolved.policy, "gpu-operator"))
+                              labels=objects.labels(resolved.policy, "dcgm-exporter"))
 
 
 def dcgm_exporter_fields(resolved: ResolvedPolicy, config_map: str) -> dict[str, object]:
@@ -161,5 +164,20 @@ def _webhook_service_monitor(ctx: rules.Context) -> Obj:
             "selector": {"matchLabels": {admission_webhook.NAME_LABEL: admission_webhook.NAME}},
             "namespaceSelector": {"matchNames": [namespace]},
             "endpoints": [endpoint],
+        },
+    }
+
+
+def _reconciler_pod_monitor(ctx: rules.Context) -> Obj:
+    """The node-label reconciler serves /metrics on a named container port and has no Service: a PodMonitor."""
+    namespace = ctx.webhook_namespace  # the reconciler runs beside the webhook (node_labels.py)
+    return {
+        "apiVersion": PROMETHEUS_API_VERSION,
+        "kind": "PodMonitor",
+        "metadata": _metadata(ctx, node_labels.NAME, namespace, dict(ctx.settings.labels)),
+        "spec": {
+            "selector": {"matchLabels": {admission_webhook.NAME_LABEL: node_labels.NAME}},
+            "namespaceSelector": {"matchNames": [namespace]},
+            "podMetricsEndpoints": [{"port": "metrics", "path": METRICS_PATH}],
         },
     }

@@ -321,11 +321,13 @@ def _admission_row(grid: _Grid, ctx: r.Context) -> None:
             (p99(sig.WEBHOOK_DURATION, namespace), "webhook"),
         ), "s"), 8, 8)
     grid.add(_timeseries("Failed and ignored calls", (
-        "Calls the API server could not complete (error_type), and calls it ignored under failurePolicy "
-        "Ignore."), _targets(
+        "Calls the API server could not complete (error_type), calls it ignored under failurePolicy Ignore, and "
+        "connections the webhook dropped before a request reached it, by reason (timeout, malformed, too-large, "
+        "busy, connection-limit)."), _targets(
             (aggregate("sum", _rate(sig.APISERVER_WEBHOOK_REJECTIONS, names, ne("error_type", "no_error")),
                        ("name", "error_type")), "{{name}} {{error_type}}"),
             (aggregate("sum", _rate(sig.APISERVER_WEBHOOK_FAIL_OPEN, names), ("name",)), "{{name}} ignored"),
+            (aggregate("sum", _rate(sig.WEBHOOK_DROPPED_CONNECTIONS, namespace), ("reason",)), "dropped: {{reason}}"),
         ), "reqps"), 8, 8)
 
 

@@ -16,7 +16,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from compiler.targets import admission_webhook, device_plugin, gpu_operator
+from compiler.targets import (
+    admission_webhook,
+    device_plugin,
+    feature_discovery,
+    gpu_operator,
+    mig_manager,
+    node_labels,
+)
 from compiler.targets.monitoring import modes
 from compiler.targets.monitoring import signals as sig
 from compiler.targets.monitoring.promql import (
@@ -39,7 +46,7 @@ from compiler.targets.monitoring.promql import (
     unless,
 )
 from compiler.targets.monitoring.promql import String as Str
-from policy import labels as node_labels
+from policy import labels as label_keys
 from policy import sizing
 from policy.model import Monitoring
 from policy.resolve import ResolvedClass, ResolvedPolicy
@@ -307,7 +314,7 @@ def _node_label_missing(ctx: Context) -> Expr | None:
 
 
 def _mig_state(*states: str) -> Expr:
-    label = sig.ksm_label(node_labels.MIG_CONFIG_STATE)
+    label = sig.ksm_label(label_keys.MIG_CONFIG_STATE)
     matcher = eq(label, states[0]) if len(states) == 1 else one_of(label, states)
     return cmp(_max_by(("node",), sel(sig.KSM_NODE_LABELS, matcher)), "==", number(1))
 
@@ -335,8 +342,12 @@ def plugin_daemonsets(resolved: ResolvedPolicy) -> tuple[str, tuple[str, ...], t
             driven.append(gpu_operator.MIG_MANAGER_DAEMONSET)
         return plugin.operator.namespace, (gpu_operator.PLUGIN_DAEMONSET,), tuple(sorted(driven))
     plugins = tuple(sorted(device_plugin.plugin_daemonset_name(c.name) for c in resolved.classes))
-    daemons = tuple(device_plugin.mps_daemonset_name(c.name) for c in resolved.classes if c.mps_daemon)
-    return plugin.namespace, plugins, tuple(sorted(plugins + daemons))
+    # The tree runs the MPS control daemon, the MIG manager and GPU Feature Discovery beside the plugin.
+    daemons = [device_plugin.mps_daemonset_name(c.name) for c in resolved.classes if c.mps_daemon]
+    daemons += [mig_manager.daemonset_name(c.name) for c in resolved.classes if c.mig_manager]
+    if plugin.labels_nodes:
+        daemons += [feature_discovery.daemonset_name(c.name) for c in resolved.classes]
+    return plugin.namespace, plugins, tuple(sorted((*plugins, *daemons)))
 
 
 def _rollout_stuck(ctx: Context) -> Expr:
@@ -468,6 +479,27 @@ def _denies_surge(ctx: Context) -> Expr | None:
     return cmp(_sum_by(("rule",), denials), ">", number(DENIALS_SURGE))
 
 
+def _reconciler_runs(ctx: Context) -> bool:
+    return bool(node_labels.render_node_labels(ctx.resolved))
+
+
+def _label_conflict(ctx: Context) -> Expr | None:
+    if not _reconciler_runs(ctx):
+        return None
+    conflicts = sel(sig.RECONCILER_CONFLICTS, eq("namespace", ctx.webhook_namespace))
+    return cmp(_max_by(("node", "key"), conflicts), "==", number(1))
+
+
+def _reconciler_failing(ctx: Context) -> Expr | None:
+    if not _reconciler_runs(ctx):
+        return None
+    namespace = eq("namespace", ctx.webhook_namespace)
+    errors = cmp(_sum_by(("namespace", "verb"), _increase(sig.RECONCILER_ERRORS, "15m", namespace)), ">", number(0))
+    deployment = eq("deployment", node_labels.NAME)
+    down = cmp(sel(sig.KSM_DEPLOYMENT_AVAILABLE, namespace, deployment), "<", number(1))
+    return or_(errors, down)
+
+
 def _dcgm_missing(ctx: Context) -> Expr | None:
     if not ctx.dcgm:
         return None
@@ -574,9 +606,24 @@ ALERTS: tuple[AlertSpec, ...] = (
         "GPUPolicyNodeLabelMissing", _NODES, "warning", "15m",
         "{{ $labels.node }} lacks {{ $labels.label }}={{ $labels.expected }} (class {{ $labels.class }})",
         "Node {{ $labels.node }} of class {{ $labels.class }} does not carry {{ $labels.label }}="
-        "{{ $labels.expected }}, a label the compiled output needs on it (REPORT.md, Node labels): without it "
-        "the operator picks no device-plugin config, mig-manager applies no layout, or the MPS daemon stays off.",
+        "{{ $labels.expected }}, a label the compiled output needs on it and that the node-label reconciler, the "
+        "GPU Operator or GPU Feature Discovery sets (REPORT.md, Node labels, says which): without it the "
+        "operator picks no device-plugin config, the MIG manager applies no layout, or the MPS daemon stays off.",
         _node_label_missing, per_class=True),
+    AlertSpec(
+        "GPUPolicyNodeLabelConflict", _NODES, "warning", "15m",
+        "Another writer holds {{ $labels.key }} on {{ $labels.node }}",
+        "The node-label reconciler owns {{ $labels.key }} on {{ $labels.node }}, but another writer (a person, a "
+        "node pool's template, another controller) set it to another value, and the reconciler leaves it alone "
+        "rather than fight: the node runs with a label its class does not want.",
+        _label_conflict),
+    AlertSpec(
+        "GPUPolicyNodeLabelReconcilerFailing", _NODES, "warning", "15m",
+        "The node-label reconciler in {{ $labels.namespace }} is failing",
+        "The node-label reconciler {{ if $labels.verb }}keeps failing API calls ({{ $labels.verb }}){{ else }}is "
+        "not running{{ end }}: new nodes get no device-plugin config or MIG layout label, and labels changed by "
+        "hand are not put back.",
+        _reconciler_failing),
     AlertSpec(
         "GPUPolicyMIGReconfigFailed", _NODES, "critical", "5m",
         "MIG reconfiguration failed on {{ $labels.node }}",
@@ -592,8 +639,9 @@ ALERTS: tuple[AlertSpec, ...] = (
     AlertSpec(
         "GPUPolicyDevicePluginRolloutStuck", _NODES, "critical", "15m",
         "DaemonSet {{ $labels.namespace }}/{{ $labels.daemonset }} does not finish rolling out",
-        "{{ $labels.namespace }}/{{ $labels.daemonset }} has pods that are not updated or not available, and "
-        "nothing has changed for 10 minutes: those nodes keep their old sharing config.",
+        "{{ $labels.namespace }}/{{ $labels.daemonset }} (the device plugin, or the MPS daemon, MIG manager or "
+        "GPU Feature Discovery beside it) has pods that are not updated or not available, and nothing has "
+        "changed for 10 minutes: those nodes keep their old sharing config.",
         _rollout_stuck),
     AlertSpec(
         "GPUPolicyDevicePluginNotRegistered", _NODES, "critical", PLUGIN_REGISTERED_GRACE,

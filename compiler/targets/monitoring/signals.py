@@ -12,8 +12,9 @@ Sources (reference cel-monitoring.md Part 2, read from the exporters' own code):
   ``GPU_I_ID``/``GPU_I_PROFILE``; from 4.5.3-4.8.2 with virtual GPUs, ``DCGM_FI_DEV_FB_USED`` and
   ``DCGM_FI_DEV_GPU_UTIL`` also per pod (``pod``, ``namespace``, ``pod_uid``) beside the device's own series.
 * kube-apiserver (``k8s.io/apiserver/pkg/admission/metrics``): the webhook as the API server sees it.
-* The webhook's own metrics (webhook/metrics.py); the names are repeated here because the compiler may not
-  import the webhook (pyproject import contracts), and tests/docs check that they stay in step.
+* The webhook's own metrics (webhook/metrics.py) and the node-label reconciler's (cluster/reconciler.py); the
+  names are repeated here because the compiler may not import either (pyproject import contracts), and
+  tests/docs check that they stay in step.
 """
 
 from __future__ import annotations
@@ -68,6 +69,11 @@ WEBHOOK_CERT_RELOADS = "gpupolicy_certificate_reloads_total"
 WEBHOOK_POLICY_INFO = "gpupolicy_policy_info"
 WEBHOOK_POLICY_RELOAD_FAILURES = "gpupolicy_policy_reload_failures_total"
 WEBHOOK_INTERNAL_ERRORS = "gpupolicy_webhook_internal_errors_total"
+WEBHOOK_DROPPED_CONNECTIONS = "gpupolicy_webhook_dropped_connections_total"
+
+# the node-label reconciler's metrics (cluster/reconciler.py, the same reason for repeating them)
+RECONCILER_CONFLICTS = "gpupolicy_node_label_conflicts"
+RECONCILER_ERRORS = "gpupolicy_node_label_errors_total"
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_]")
 _CAMEL = re.compile(r"([a-z0-9])([A-Z])")
