@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from external_tools import require_tool
 
-from compiler.targets import admission_webhook, device_plugin, node_labels
+from compiler.targets import admission_webhook, device_plugin, gpu_operator, hami, node_labels
 from compiler.targets.monitoring import modes, rules
 from compiler.targets.monitoring import signals as sig
 from policy.model import ClusterGPUPolicy, Monitoring
@@ -129,6 +129,17 @@ class Cluster:
         return [d for d in self.devices if d.node_class == c.name]
 
 
+def plugin_of(resolved: ResolvedPolicy, c: ResolvedClass) -> tuple[str, str]:
+    """(namespace, DaemonSet) of the device plugin on the class's nodes: HAMi's for a vgpu class, else the
+    tree's per-class plugin, or the GPU Operator's one."""
+    plugin = resolved.spec.device_plugin
+    if c.vgpu is not None:
+        return resolved.spec.hami.namespace, hami.daemonset_name(c.name)
+    if plugin.deploy == "standalone":
+        return plugin.namespace, device_plugin.plugin_daemonset_name(c.name)
+    return plugin.operator.namespace, gpu_operator.PLUGIN_DAEMONSET
+
+
 def _class_devices(c: ResolvedClass, node: str) -> Iterator[Device]:
     mig = c.spec.sharing.mig
     if mig is None:
@@ -172,7 +183,6 @@ def set_pod(cluster: Cluster, device: Device, pod: str, *, memory_mib: int, util
 
 def healthy(resolved: ResolvedPolicy) -> Cluster:
     cluster = Cluster(resolved)
-    namespace, plugins, driven = rules.plugin_daemonsets(resolved)
     for c in cluster.classes:
         node = cluster.node(c)
         cluster.set(sig.KSM_NODE_LABELS, cluster.node_labels(c), constant(1))
@@ -180,14 +190,13 @@ def healthy(resolved: ResolvedPolicy) -> Cluster:
             resource = {"node": node, "resource": sig.ksm_resource(offer.resource), "unit": "integer"}
             cluster.set(sig.KSM_ALLOCATABLE, resource, constant(offer.per_node))
             cluster.set(sig.KSM_CAPACITY, resource, constant(offer.per_node))
-        standalone = resolved.spec.device_plugin.deploy == "standalone"
-        plugin = device_plugin.plugin_daemonset_name(c.name) if standalone else plugins[0]
+        namespace, plugin = plugin_of(resolved, c)
         pod = {"namespace": namespace, "pod": f"{plugin}-{c.name}"}
         cluster.set(sig.KSM_POD_INFO, {**pod, "node": node, "created_by_kind": "DaemonSet",
                                        "created_by_name": plugin}, constant(1))
         cluster.set(sig.KSM_POD_PHASE, {**pod, "phase": "Running"}, constant(1))
         cluster.devices += _class_devices(c, node)
-    for ds in driven:
+    for namespace, ds in rules.plugin_daemonsets(resolved).watched:
         labels = {"namespace": namespace, "daemonset": ds}
         for metric in (sig.KSM_DS_DESIRED, sig.KSM_DS_UPDATED, sig.KSM_DS_AVAILABLE):
             cluster.set(metric, labels, constant(1))
@@ -482,22 +491,23 @@ def _mig_stuck(base: Cluster) -> Scenario | None:
 
 @scenario("GPUPolicyDevicePluginRolloutStuck")
 def _rollout_stuck(base: Cluster) -> Scenario:
-    namespace, _, driven = rules.plugin_daemonsets(base.resolved)
+    driven = rules.plugin_daemonsets(base.resolved).watched
 
     def near(cl: Cluster) -> None:  # a rollout that moves: one pod updated after 20 minutes
         if len(driven) > 1:
-            cl.set(sig.KSM_DS_UPDATED, {"namespace": namespace, "daemonset": driven[-1]}, "0x20 1x179")
+            namespace, name = driven[-1]
+            cl.set(sig.KSM_DS_UPDATED, {"namespace": namespace, "daemonset": name}, "0x20 1x179")
 
     def fault(cl: Cluster) -> list[Labels]:
-        cl.set(sig.KSM_DS_UPDATED, {"namespace": namespace, "daemonset": driven[0]}, constant(0))
-        return [{"namespace": namespace, "daemonset": driven[0]}]
+        namespace, name = driven[0]
+        cl.set(sig.KSM_DS_UPDATED, {"namespace": namespace, "daemonset": name}, constant(0))
+        return [{"namespace": namespace, "daemonset": name}]
 
     return _pair(base, fault, near, 40)
 
 
 @scenario("GPUPolicyDevicePluginNotRegistered")
 def _not_registered(base: Cluster) -> Scenario:
-    namespace, _, _ = rules.plugin_daemonsets(base.resolved)
 
     def silence(cl: Cluster, c: ResolvedClass) -> None:
         for offer in c.offers:
@@ -511,7 +521,7 @@ def _not_registered(base: Cluster) -> Scenario:
             for (metric, labels), _ in list(cl.series.items()):
                 lab = dict(labels)
                 if metric == sig.KSM_POD_INFO and lab["node"] == cl.node(last):
-                    pod = {"namespace": namespace, "pod": lab["pod"]}
+                    pod = {"namespace": lab["namespace"], "pod": lab["pod"]}
                     cl.set(sig.KSM_POD_PHASE, {**pod, "phase": "Running"}, constant(0))
                     cl.set(sig.KSM_POD_PHASE, {**pod, "phase": "Pending"}, constant(1))
 

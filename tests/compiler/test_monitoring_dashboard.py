@@ -22,7 +22,7 @@ from policy.resolve import resolve
 Load = Callable[..., ClusterGPUPolicy]
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "schemas" / "grafana"
-EXAMPLES = ["tke-l20-t4", "mixed-fleet", "h20-mig"]
+EXAMPLES = ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"]
 CONFIG_MAP = "monitoring/configmap-gpupolicy-dashboard.yaml"
 # Grafana's built-in interval variables, as Grafana substitutes them before a query reaches Prometheus.
 GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "6h"}

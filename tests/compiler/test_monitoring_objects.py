@@ -28,7 +28,7 @@ from policy.resolve import resolve
 
 Load = Callable[..., ClusterGPUPolicy]
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ["tke-l20-t4", "mixed-fleet", "h20-mig"]
+EXAMPLES = ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"]
 PER_POD = ("  monitoring:\n    enabled: true\n",
            "  monitoring:\n    enabled: true\n    dcgmExporter: {perPodMetrics: true}\n")
 

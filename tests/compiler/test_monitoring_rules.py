@@ -18,7 +18,7 @@ from policy.model import ClusterGPUPolicy
 from policy.resolve import resolve
 
 Load = Callable[..., ClusterGPUPolicy]
-EXAMPLES = ["tke-l20-t4", "mixed-fleet", "h20-mig"]
+EXAMPLES = ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"]
 RULE_FILE = "monitoring/prometheusrule-gpupolicy.yaml"
 # The h20 example with per-pod metrics as well, so time-sliced MIG instances are checked pod by pod too.
 VARIANTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {

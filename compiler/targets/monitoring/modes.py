@@ -36,6 +36,9 @@ WATCHES: dict[str, Watch] = {
     # per-process SM utilisation is not reported for MIG instances (dcgm-exporter process_metrics.go).
     "mig+time-slicing": Watch(True, True, False,
                               "MIG hardware between instances; none between the replicas of one instance"),
+    # HAMi-core holds each container to its gpumem and, with a core policy, its gpucores (reference dra-hami.md):
+    # no pod outgrows its slice, but memoryScaling above 1 lets the slices add up to more than the device.
+    "vgpu": Watch(True, False, False, "HAMi-core limits each pod's memory and SM share in software; faults shared"),
 }
 
 

@@ -21,6 +21,7 @@ from compiler.targets import (
     device_plugin,
     feature_discovery,
     gpu_operator,
+    hami,
     mig_manager,
     node_labels,
 )
@@ -331,30 +332,57 @@ def _mig_stuck(ctx: Context) -> Expr | None:
     return _mig_state("pending", "rebooting") if _has_mig(ctx) else None
 
 
-def plugin_daemonsets(resolved: ResolvedPolicy) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
-    """(namespace, the DaemonSets that run the device plugin, every DaemonSet our configs drive)."""
+@dataclass(frozen=True)
+class DaemonSets:
+    """The DaemonSets that run the classes' configs, as (namespace, name): the device plugins, which register
+    the resources, and every one the rollout alert watches (the plugins and what runs beside them)."""
+
+    plugins: tuple[tuple[str, str], ...]
+    watched: tuple[tuple[str, str], ...]
+
+    @property
+    def namespaces(self) -> tuple[str, ...]:
+        return tuple(sorted({namespace for namespace, _ in self.watched}))
+
+    @staticmethod
+    def names(pairs: tuple[tuple[str, str], ...]) -> tuple[str, ...]:
+        return tuple(sorted({name for _, name in pairs}))
+
+
+def plugin_daemonsets(resolved: ResolvedPolicy) -> DaemonSets:
     plugin = resolved.spec.device_plugin
+    hami_plugins = [(resolved.spec.hami.namespace, hami.daemonset_name(c.name)) for c in resolved.vgpu_classes]
     if plugin.deploy == "gpu-operator":
+        namespace = plugin.operator.namespace
         driven = [gpu_operator.PLUGIN_DAEMONSET, gpu_operator.GFD_DAEMONSET]
         if any(c.mps_daemon for c in resolved.classes):
             driven.append(gpu_operator.MPS_DAEMONSET)
         if any(c.mig_config is not None for c in resolved.classes):
             driven.append(gpu_operator.MIG_MANAGER_DAEMONSET)
-        return plugin.operator.namespace, (gpu_operator.PLUGIN_DAEMONSET,), tuple(sorted(driven))
-    plugins = tuple(sorted(device_plugin.plugin_daemonset_name(c.name) for c in resolved.classes))
-    # The tree runs the MPS control daemon, the MIG manager and GPU Feature Discovery beside the plugin.
-    daemons = [device_plugin.mps_daemonset_name(c.name) for c in resolved.classes if c.mps_daemon]
-    daemons += [mig_manager.daemonset_name(c.name) for c in resolved.classes if c.mig_manager]
-    if plugin.labels_nodes:
-        daemons += [feature_discovery.daemonset_name(c.name) for c in resolved.classes]
-    return plugin.namespace, plugins, tuple(sorted((*plugins, *daemons)))
+        plugins = [gpu_operator.PLUGIN_DAEMONSET] if resolved.plugin_classes else []
+    else:
+        namespace = plugin.namespace
+        plugins = [device_plugin.plugin_daemonset_name(c.name) for c in resolved.plugin_classes]
+        # The tree runs the MPS control daemon, the MIG manager and GPU Feature Discovery beside the plugin.
+        driven = [*plugins, *(device_plugin.mps_daemonset_name(c.name) for c in resolved.classes if c.mps_daemon),
+                  *(mig_manager.daemonset_name(c.name) for c in resolved.classes if c.mig_manager)]
+        if plugin.labels_nodes:
+            driven += [feature_discovery.daemonset_name(c.name) for c in resolved.classes]
+    own = [(namespace, name) for name in plugins]
+    return DaemonSets(tuple(sorted({*own, *hami_plugins})),
+                      tuple(sorted({*((namespace, name) for name in driven), *hami_plugins})))
+
+
+def _in_namespaces(namespaces: tuple[str, ...]) -> Matcher:
+    return eq("namespace", namespaces[0]) if len(namespaces) == 1 else one_of("namespace", namespaces)
 
 
 def _rollout_stuck(ctx: Context) -> Expr:
-    namespace, _, daemonsets = plugin_daemonsets(ctx.resolved)
+    daemonsets = plugin_daemonsets(ctx.resolved)
 
     def ds(metric: str) -> Selector:
-        return sel(metric, eq("namespace", namespace), one_of("daemonset", daemonsets))
+        return sel(metric, _in_namespaces(daemonsets.namespaces),
+                   one_of("daemonset", DaemonSets.names(daemonsets.watched)))
 
     behind = or_(
         cmp(ds(sig.KSM_DS_UPDATED), "!=", ds(sig.KSM_DS_DESIRED)),
@@ -367,10 +395,10 @@ def _rollout_stuck(ctx: Context) -> Expr:
 
 
 def _plugin_not_registered(ctx: Context) -> Expr:
-    namespace, plugins, _ = plugin_daemonsets(ctx.resolved)
+    daemonsets = plugin_daemonsets(ctx.resolved)
     running_pods = and_(
-        sel(sig.KSM_POD_INFO, eq("namespace", namespace), eq("created_by_kind", "DaemonSet"),
-            one_of("created_by_name", plugins)),
+        sel(sig.KSM_POD_INFO, _in_namespaces(daemonsets.namespaces), eq("created_by_kind", "DaemonSet"),
+            one_of("created_by_name", DaemonSets.names(daemonsets.plugins))),
         cmp(sel(sig.KSM_POD_PHASE, eq("phase", "Running")), "==", number(1)),
         on=("namespace", "pod"),
     )
