@@ -117,6 +117,7 @@ class MonitoringReport:
     alerts: tuple[str, ...]
     dashboard: bool
     webhook: bool
+    reconciler: bool
     node_label_allowlist: tuple[str, ...]
     kube_prometheus_stack_values: dict[str, Any]
     dcgm_counters: tuple[str, ...]
@@ -126,6 +127,7 @@ class MonitoringReport:
     def to_dict(self) -> dict[str, Any]:
         return {"namespace": self.namespace, "labels": self.labels, "recordingRules": self.recording_rules,
                 "alerts": list(self.alerts), "dashboard": self.dashboard, "webhookServiceMonitor": self.webhook,
+                "reconcilerPodMonitor": self.reconciler,
                 "kubeStateMetrics": {"nodeLabelAllowlist": list(self.node_label_allowlist)},
                 "dcgmExporter": {"counters": list(self.dcgm_counters),
                                  "configuredByClusterPolicy": self.dcgm_exporter_values is None}}
@@ -242,6 +244,7 @@ def _monitoring(resolved: ResolvedPolicy) -> MonitoringReport | None:
         alerts=tuple(a.name for a in monitoring_rules.alerts(ctx)),
         dashboard=settings.dashboard.enabled,
         webhook=resolved.spec.admission.enabled,
+        reconciler=monitoring_rules.reconciler_runs(resolved),
         node_label_allowlist=collectors.ksm_allowlist(resolved),
         kube_prometheus_stack_values=collectors.kube_prometheus_stack_values(resolved),
         dcgm_counters=tuple(c.field for c in collectors.DCGM_COUNTERS if c.used) if dcgm else (),
@@ -562,6 +565,8 @@ def _monitoring_section(m: MonitoringReport) -> list[str]:
         parts.append("the Grafana dashboard (ConfigMap `gpupolicy-dashboard`, for the Grafana sidecar)")
     if m.webhook:
         parts.append("the webhook's ServiceMonitor")
+    if m.reconciler:
+        parts.append("the node-label reconciler's PodMonitor")
     out = [
         f"`monitoring/` holds {', '.join(parts[:-1]) + ' and ' if len(parts) > 1 else ''}{parts[-1]}, in "
         f"namespace `{m.namespace}` with "

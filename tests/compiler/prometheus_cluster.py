@@ -209,7 +209,7 @@ def healthy(resolved: ResolvedPolicy) -> Cluster:
                           resource=sig.ksm_resource(c.offers[0].resource))
     if resolved.spec.admission.enabled:
         _healthy_webhook(cluster)
-    if node_labels.render_node_labels(resolved):
+    if rules.reconciler_runs(resolved):
         _healthy_reconciler(cluster)
     return cluster
 
@@ -745,7 +745,7 @@ def _surge(base: Cluster) -> Scenario | None:
 
 
 def _reconciler(base: Cluster) -> bool:
-    return bool(node_labels.render_node_labels(base.resolved))
+    return rules.reconciler_runs(base.resolved)
 
 
 @scenario("GPUPolicyNodeLabelConflict")

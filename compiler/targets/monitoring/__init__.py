@@ -42,7 +42,7 @@ def render_monitoring(resolved: ResolvedPolicy) -> list[Obj]:
         out.append(_dashboard_config_map(ctx))
     if ctx.admission:
         out.append(_webhook_service_monitor(ctx))
-    if node_labels.render_node_labels(resolved):
+    if rules.reconciler_runs(resolved):
         out.append(_reconciler_pod_monitor(ctx))
     return out
 
@@ -156,28 +156,26 @@ def _webhook_service_monitor(ctx: rules.Context) -> Obj:
         "tlsConfig": {"serverName": f"{admission_webhook.NAME}.{namespace}.svc",
                       "ca": {"secret": {"name": secret, "key": "ca.crt"}}},
     }
-    return {
-        "apiVersion": PROMETHEUS_API_VERSION,
-        "kind": "ServiceMonitor",
-        "metadata": _metadata(ctx, admission_webhook.NAME, namespace, dict(ctx.settings.labels)),
-        "spec": {
-            "selector": {"matchLabels": {admission_webhook.NAME_LABEL: admission_webhook.NAME}},
-            "namespaceSelector": {"matchNames": [namespace]},
-            "endpoints": [endpoint],
-        },
-    }
+    return _monitor(ctx, "ServiceMonitor", admission_webhook.NAME, "endpoints", endpoint)
 
 
 def _reconciler_pod_monitor(ctx: rules.Context) -> Obj:
     """The node-label reconciler serves /metrics on a named container port and has no Service: a PodMonitor."""
-    namespace = ctx.webhook_namespace  # the reconciler runs beside the webhook (node_labels.py)
+    return _monitor(ctx, "PodMonitor", node_labels.NAME, "podMetricsEndpoints", {"port": "metrics",
+                                                                                 "path": METRICS_PATH})
+
+
+def _monitor(ctx: rules.Context, kind: str, app: str, endpoints: str, endpoint: Obj) -> Obj:
+    """A ServiceMonitor or PodMonitor named after the app it scrapes, in the webhook's namespace, where the
+    webhook and the reconciler run, selecting it by its app.kubernetes.io/name."""
+    namespace = ctx.webhook_namespace
     return {
         "apiVersion": PROMETHEUS_API_VERSION,
-        "kind": "PodMonitor",
-        "metadata": _metadata(ctx, node_labels.NAME, namespace, dict(ctx.settings.labels)),
+        "kind": kind,
+        "metadata": _metadata(ctx, app, namespace, dict(ctx.settings.labels)),
         "spec": {
-            "selector": {"matchLabels": {admission_webhook.NAME_LABEL: node_labels.NAME}},
+            "selector": {"matchLabels": {admission_webhook.NAME_LABEL: app}},
             "namespaceSelector": {"matchNames": [namespace]},
-            "podMetricsEndpoints": [{"port": "metrics", "path": METRICS_PATH}],
+            endpoints: [endpoint],
         },
     }

@@ -48,6 +48,7 @@ from compiler.targets.monitoring.promql import (
 )
 from compiler.targets.monitoring.promql import String as Str
 from policy import labels as label_keys
+from policy import node_labels as label_plan
 from policy import sizing
 from policy.model import Monitoring
 from policy.resolve import ResolvedClass, ResolvedPolicy
@@ -507,19 +508,20 @@ def _denies_surge(ctx: Context) -> Expr | None:
     return cmp(_sum_by(("rule",), denials), ">", number(DENIALS_SURGE))
 
 
-def _reconciler_runs(ctx: Context) -> bool:
-    return bool(node_labels.render_node_labels(ctx.resolved))
+def reconciler_runs(resolved: ResolvedPolicy) -> bool:
+    """Whether the tree runs the node-label reconciler (some class has labels it owns)."""
+    return bool(label_plan.build_plan(resolved).classes)
 
 
 def _label_conflict(ctx: Context) -> Expr | None:
-    if not _reconciler_runs(ctx):
+    if not reconciler_runs(ctx.resolved):
         return None
     conflicts = sel(sig.RECONCILER_CONFLICTS, eq("namespace", ctx.webhook_namespace))
     return cmp(_max_by(("node", "key"), conflicts), "==", number(1))
 
 
 def _reconciler_failing(ctx: Context) -> Expr | None:
-    if not _reconciler_runs(ctx):
+    if not reconciler_runs(ctx.resolved):
         return None
     namespace = eq("namespace", ctx.webhook_namespace)
     errors = cmp(_sum_by(("namespace", "verb"), _increase(sig.RECONCILER_ERRORS, "15m", namespace)), ">", number(0))
