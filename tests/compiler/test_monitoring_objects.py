@@ -40,7 +40,6 @@ RULE_FIELDS = {"alert", "record", "expr", "for", "keep_firing_for", "labels", "a
 SERVICE_MONITOR_SPEC = {"selector", "namespaceSelector", "endpoints", "jobLabel", "targetLabels", "podTargetLabels"}
 ENDPOINT_FIELDS = {"port", "scheme", "path", "interval", "scrapeTimeout", "tlsConfig", "honorLabels", "relabelings",
                    "metricRelabelings"}
-TLS_FIELDS = {"ca", "cert", "keySecret", "serverName", "insecureSkipVerify"}
 
 
 def objects(tree: Any, prefix: str) -> dict[str, dict[str, Any]]:
@@ -81,23 +80,22 @@ def test_the_rule_and_service_monitor_use_only_fields_of_the_prometheus_operator
     monitor = found["monitoring/servicemonitor-gpupolicy-webhook.yaml"]
     assert set(monitor["spec"]) <= SERVICE_MONITOR_SPEC
     (endpoint,) = monitor["spec"]["endpoints"]
-    assert set(endpoint) <= ENDPOINT_FIELDS and set(endpoint["tlsConfig"]) <= TLS_FIELDS
-    assert set(endpoint["tlsConfig"]["ca"]["secret"]) == {"name", "key"}
+    assert set(endpoint) <= ENDPOINT_FIELDS
 
 
-def test_prometheus_scrapes_the_webhook_over_tls_checked_against_its_ca(example_policy: Load) -> None:
+def test_prometheus_scrapes_the_webhooks_metrics_port(example_policy: Load) -> None:
     tree = compile_policy(example_policy("tke-l20-t4"))
     monitor = objects(tree, "monitoring/")["monitoring/servicemonitor-gpupolicy-webhook.yaml"]
     service = yaml.safe_load(tree["admission/service-gpupolicy-webhook.yaml"])
-    certificate = yaml.safe_load(tree["admission/certificate-gpupolicy-webhook-tls.yaml"])
+    network = yaml.safe_load(tree["admission/networkpolicy-gpupolicy-webhook.yaml"])
     (endpoint,) = monitor["spec"]["endpoints"]
-    # the Service's port by name, its labels by the selector, the names the certificate is issued for
-    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    # the Service's metrics port by name, its labels by the selector, a port the NetworkPolicy opens to all pods
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+    assert endpoint == {"port": "metrics", "path": "/metrics"}  # plain HTTP: no scheme, no TLS
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["metadata"]["namespace"] == service["metadata"]["namespace"]
-    assert (endpoint["scheme"], endpoint["path"]) == ("https", "/metrics")
-    assert endpoint["tlsConfig"]["serverName"] in certificate["spec"]["dnsNames"]
-    assert endpoint["tlsConfig"]["ca"]["secret"] == {"name": certificate["spec"]["secretName"], "key": "ca.crt"}
+    assert {"from": [{"namespaceSelector": {}}], "ports": [{"port": port["port"], "protocol": "TCP"}]} in \
+        network["spec"]["ingress"]
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 

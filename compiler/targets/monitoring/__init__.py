@@ -27,7 +27,7 @@ RULE_NAME = "gpupolicy"
 DASHBOARD_CONFIG_MAP = "gpupolicy-dashboard"
 PROMETHEUS_API_VERSION = "monitoring.coreos.com/v1"
 CLASSES_PER_RULE = 100
-METRICS_PATH = "/metrics"  # the webhook serves its metrics on its HTTPS port (webhook/routes.py)
+METRICS_PATH = "/metrics"
 
 
 def render_monitoring(resolved: ResolvedPolicy) -> list[Obj]:
@@ -145,18 +145,10 @@ def _dashboard_config_map(ctx: rules.Context) -> Obj:
 
 
 def _webhook_service_monitor(ctx: rules.Context) -> Obj:
-    namespace = ctx.webhook_namespace
-    secret = ctx.resolved.spec.admission.certificates.secret_name
-    # The webhook serves /metrics on its HTTPS port only; Prometheus checks the serving certificate against
-    # the CA in the same Secret (cert-manager writes ca.crt beside tls.crt) for the Service's DNS name.
-    endpoint = {
-        "port": "https",
-        "scheme": "https",
-        "path": METRICS_PATH,
-        "tlsConfig": {"serverName": f"{admission_webhook.NAME}.{namespace}.svc",
-                      "ca": {"secret": {"name": secret, "key": "ca.crt"}}},
-    }
-    return _monitor(ctx, "ServiceMonitor", admission_webhook.NAME, "endpoints", endpoint)
+    """The webhook serves /metrics in plain HTTP on a port of its own, which its Service names and its
+    NetworkPolicy opens to every pod (admission_webhook.METRICS_PORT)."""
+    return _monitor(ctx, "ServiceMonitor", admission_webhook.NAME, "endpoints", {"port": "metrics",
+                                                                                "path": METRICS_PATH})
 
 
 def _reconciler_pod_monitor(ctx: rules.Context) -> Obj:
