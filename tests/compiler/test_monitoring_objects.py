@@ -1,5 +1,6 @@
 """The monitoring/ objects and the exporter configuration: shapes the Prometheus Operator and the GPU Operator
-accept, the webhook scraped over its TLS, the counters file dcgm-exporter parses, the allow-list the rules need."""
+accept, the webhook scraped on its metrics port, the counters file dcgm-exporter parses, the allow-list the rules
+need."""
 
 from __future__ import annotations
 
@@ -211,6 +212,13 @@ def test_standalone_trees_leave_dcgm_exporter_alone_and_document_its_values(exam
     assert values["customMetrics"] == collectors.dcgm_csv()
     assert values["hostPID"] is True and values["serviceMonitor"]["honorLabels"] is True
     assert "--metric-labels-allowlist=nodes=[node-pool," in section
+    # one DaemonSet on every GPU node: it tolerates the h100-train class's taint, and keeps the chart's own
+    assert values["tolerations"] == [*collectors.CHART_TOLERATIONS, {
+        "key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"}]
+
+
+def test_the_chart_keeps_its_own_tolerations_where_no_class_is_tainted(example_policy: Load) -> None:
+    assert "tolerations" not in collectors.dcgm_exporter_chart_values(resolve(example_policy("tke-l20-t4")))
 
 
 def test_the_counters_file_parses_as_dcgm_exporter_reads_it() -> None:

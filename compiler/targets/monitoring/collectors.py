@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from compiler import objects
 from compiler.targets.monitoring import rules
 from policy import labels as node_labels
 from policy.resolve import ResolvedPolicy
@@ -16,6 +17,8 @@ DCGM_CONFIG_MAP = "gpupolicy-dcgm-metrics"
 VIRTUAL_GPUS_ENV = "KUBERNETES_VIRTUAL_GPUS"
 #: Prometheus' target label for the node a scraped pod runs on; every DCGM rule joins on `node`.
 NODE_RELABELING = {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
+#: The chart's own tolerations (deployment/values.yaml, 4.8.2); a `tolerations` value replaces them.
+CHART_TOLERATIONS = ({"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},)
 
 
 def ksm_allowlist(resolved: ResolvedPolicy) -> tuple[str, ...]:
@@ -113,7 +116,17 @@ def dcgm_exporter_chart_values(resolved: ResolvedPolicy) -> dict[str, object]:
     (customMetrics replaces the whole default list), a ServiceMonitor Prometheus selects that keeps the pod
     labels and adds the node's name, and with per-pod metrics the virtual GPUs and the host's PIDs."""
     return {"customMetrics": dcgm_csv(), "serviceMonitor": _service_monitor(resolved),
-            **_per_pod(resolved, "extraEnv")}
+            **_tolerations(resolved), **_per_pod(resolved, "extraEnv")}
+
+
+def _tolerations(resolved: ResolvedPolicy) -> dict[str, object]:
+    """With tainted classes, the chart's tolerations plus one per taint: one DaemonSet runs on every GPU node,
+    and a node whose taint it does not tolerate has no DCGM series (GPUPolicyDCGMMetricsMissing)."""
+    found = [t for c in resolved.classes for t in objects.class_tolerations((), c)]
+    if not found:
+        return {}
+    unique = [t for i, t in enumerate(found) if t not in found[:i]]
+    return {"tolerations": [dict(t) for t in CHART_TOLERATIONS] + unique}
 
 
 def cluster_policy_fields(resolved: ResolvedPolicy, config_map: str) -> dict[str, object]:
