@@ -24,6 +24,9 @@ SYNC_WAVE_CONFIG = "-1"
 SYNC_WAVE_WORKLOAD = "0"
 SYNC_WAVE_WEBHOOK = "1"
 SYNC_WAVE_REGISTRATION = "2"
+# Prometheus rules, ServiceMonitors and dashboards last: their CRDs and admission webhook belong to the
+# monitoring stack, and a failure there must not hold back the GPU configuration in the waves before.
+SYNC_WAVE_MONITORING = "3"
 
 # Generated, content-named ConfigMaps: the old name must outlive the rollout that stops using it,
 # so GitOps tools must not prune it mid-rollout (Argo CD sync-options, Flux prune annotations).

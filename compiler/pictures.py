@@ -286,7 +286,7 @@ def class_picture(rc: ResolvedClass) -> bytes:
     memory = rc.memory_mib or 0
     before = SlotRow(f"before: {rc.gpu_count} x nvidia.com/gpu", rc.gpu_count, 1, memory)
     after = [SlotRow(f"after: {o.resource}", o.devices_per_node, o.replicas,
-                     o.memory_mib // (o.replicas if o.isolation == "mig-hardware" else 1), o.memory_enforced)
+                     o.slot_memory_mib, o.memory_enforced)
              for o in rc.offers]
     return slots(f"{rc.name}: slots per node, {rc.product}", [before, *after],
                  subtitle=f"sharing: {rc.mode}; memory per slot as a pod can count on it")

@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from compiler import serialize
 from compiler.targets import gpu_operator
 from compiler.targets import hami as hami_target
+from compiler.targets.monitoring import collectors
+from compiler.targets.monitoring import rules as monitoring_rules
 from policy import advice, checks, hami, labels, releases
 from policy.diagnostics import format_path
 from policy.hami_scope import hami_scope
@@ -105,6 +108,32 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class MonitoringReport:
+    """What monitoring/ holds, and what the exporters outside the tree must be configured with."""
+
+    namespace: str
+    labels: dict[str, str]
+    recording_rules: int
+    alerts: tuple[str, ...]
+    dashboard: bool
+    webhook: bool
+    reconciler: bool
+    node_label_allowlist: tuple[str, ...]
+    kube_prometheus_stack_values: dict[str, Any]
+    dcgm_counters: tuple[str, ...]
+    dcgm_exporter_values: dict[str, Any] | None
+    """The dcgm-exporter chart's values to set, or None where the tree's ClusterPolicy configures it."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "labels": self.labels, "recordingRules": self.recording_rules,
+                "alerts": list(self.alerts), "dashboard": self.dashboard, "webhookServiceMonitor": self.webhook,
+                "reconcilerPodMonitor": self.reconciler,
+                "kubeStateMetrics": {"nodeLabelAllowlist": list(self.node_label_allowlist)},
+                "dcgmExporter": {"counters": list(self.dcgm_counters),
+                                 "configuredByClusterPolicy": self.dcgm_exporter_values is None}}
+
+
+@dataclass(frozen=True)
 class CapacityReport:
     cluster: str
     deploy: str
@@ -112,6 +141,7 @@ class CapacityReport:
     classes: tuple[ClassReport, ...]
     findings: tuple[Finding, ...]
     notes: tuple[str, ...]
+    monitoring: MonitoringReport | None = None
 
     @property
     def counted(self) -> tuple[ClassReport, ...]:
@@ -147,6 +177,7 @@ class CapacityReport:
             "findings": [{"severity": f.severity, "code": f.code, "path": f.path, "message": f.message,
                           "hint": f.hint} for f in self.findings],
             "notes": list(self.notes),
+            "monitoring": self.monitoring.to_dict() if self.monitoring else None,
         }
 
 
@@ -195,6 +226,29 @@ def build_report(resolved: ResolvedPolicy) -> CapacityReport:
         classes=classes,
         findings=findings,
         notes=_notes(resolved),
+        monitoring=_monitoring(resolved),
+    )
+
+
+def _monitoring(resolved: ResolvedPolicy) -> MonitoringReport | None:
+    settings = resolved.spec.monitoring
+    if not settings.enabled:
+        return None
+    ctx = monitoring_rules.Context(resolved)
+    dcgm = settings.dcgm_exporter.enabled
+    operator = resolved.spec.device_plugin.deploy == "gpu-operator"
+    return MonitoringReport(
+        namespace=settings.namespace or resolved.spec.admission.namespace,
+        labels=dict(settings.labels),
+        recording_rules=len(monitoring_rules.recording_rules(ctx)),
+        alerts=tuple(a.name for a in monitoring_rules.alerts(ctx)),
+        dashboard=settings.dashboard.enabled,
+        webhook=resolved.spec.admission.enabled,
+        reconciler=monitoring_rules.reconciler_runs(resolved),
+        node_label_allowlist=collectors.ksm_allowlist(resolved),
+        kube_prometheus_stack_values=collectors.kube_prometheus_stack_values(resolved),
+        dcgm_counters=tuple(c.field for c in collectors.DCGM_COUNTERS if c.used) if dcgm else (),
+        dcgm_exporter_values=collectors.dcgm_exporter_chart_values(resolved) if dcgm and not operator else None,
     )
 
 
@@ -259,10 +313,9 @@ def _slots(offer: Offer, nodes: int | None, gpu_memory_mib: int) -> Slots:
     total = None if nodes is None else nodes * offer.per_node
     if offer.isolation == "mig-hardware":
         # Time-sliced MIG instances share the instance's memory among their replicas, with no limit.
-        share = offer.memory_mib // offer.replicas
-        return Slots(offer.resource, offer.per_node, total, share, offer.memory_enforced, offer.memory_mib,
-                     _isolation(offer), offer.replicas, offer.devices_per_node, offer.memory_estimated,
-                     offer.mig_profile)
+        return Slots(offer.resource, offer.per_node, total, offer.slot_memory_mib, offer.memory_enforced,
+                     offer.memory_mib, _isolation(offer), offer.replicas, offer.devices_per_node,
+                     offer.memory_estimated, offer.mig_profile)
     return Slots(offer.resource, offer.per_node, total, offer.memory_mib, offer.memory_enforced, gpu_memory_mib,
                  _isolation(offer), offer.replicas, offer.devices_per_node)
 
@@ -442,6 +495,8 @@ def render_markdown(report: CapacityReport) -> str:
     lines += ["", "## Warnings and advice", ""]
     lines += [f"- {f.severity} `{f.code}` at `{f.path}`: {f.message}" + (f" Fix: {f.hint}" if f.hint else "")
               for f in report.findings] or ["None."]
+    if report.monitoring is not None:
+        lines += ["", "## Monitoring", "", *_monitoring_section(report.monitoring)]
     lines += ["", "## Notes", "", *[f"- {n}" for n in report.notes]]
     return "\n".join(lines) + "\n"
 
@@ -496,6 +551,44 @@ def _label_plan(report: CapacityReport) -> list[str]:
         selector = ", ".join(f"{k}={v}" for k, v in c.node_selector.items())
         out.append(f"- **{c.name}** (nodes matching `{selector}`):")
         out += [f"  - `{k}={v}`: {c.labels_set_by[k]}" for k, v in c.node_labels.items()]
+    return out
+
+
+def _yaml_block(data: Any) -> list[str]:
+    return ["```yaml", *serialize.dump_yaml(data).decode("utf-8").splitlines(), "```"]
+
+
+def _monitoring_section(m: MonitoringReport) -> list[str]:
+    labels = ", ".join(f"`{k}={v}`" for k, v in sorted(m.labels.items())) or "no labels"
+    parts = ["the PrometheusRule `gpupolicy`"]
+    if m.dashboard:
+        parts.append("the Grafana dashboard (ConfigMap `gpupolicy-dashboard`, for the Grafana sidecar)")
+    if m.webhook:
+        parts.append("the webhook's ServiceMonitor")
+    if m.reconciler:
+        parts.append("the node-label reconciler's PodMonitor")
+    out = [
+        f"`monitoring/` holds {', '.join(parts[:-1]) + ' and ' if len(parts) > 1 else ''}{parts[-1]}, in "
+        f"namespace `{m.namespace}` with "
+        f"{labels} so that Prometheus loads them: {m.recording_rules} recording rules carry each class's "
+        f"expectations, and {len(m.alerts)} alerts compare the cluster with them, each linked to its runbook.",
+        "",
+        "The alerts see only what the exporters report. kube-state-metrics exports a node label only when it is "
+        "allow-listed; these are the labels the rules read (with kube-prometheus-stack, in its values; without, "
+        f"as `--metric-labels-allowlist=nodes=[{','.join(m.node_label_allowlist)}]`):",
+        "",
+        *_yaml_block(m.kube_prometheus_stack_values),
+    ]
+    if m.dcgm_counters and m.dcgm_exporter_values is None:
+        out += ["", "dcgm-exporter is run by the GPU Operator: the tree's `dcgmExporter` fields (in the operator's "
+                "Helm values, or the ClusterPolicy patch) point it at the counters in "
+                "`dcgm-exporter/configmap.yaml` and configure its ServiceMonitor (pod labels kept, the node's name "
+                "added, the labels above)."]
+    elif m.dcgm_counters:
+        out += ["", "dcgm-exporter must run on the GPU nodes with the counters the rules read "
+                "(`DCGM_FI_PROF_SM_ACTIVE` is off in its default list) and a ServiceMonitor that keeps its pod "
+                "labels and adds the node's name; with its Helm chart (4.8.2), these values:", "",
+                *_yaml_block(m.dcgm_exporter_values)]
     return out
 
 

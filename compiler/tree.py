@@ -17,6 +17,7 @@ from compiler.targets import (
     hami,
     mig_manager,
     mig_parted,
+    monitoring,
     node_labels,
 )
 from policy.resolve import ResolvedPolicy
@@ -42,6 +43,7 @@ def recorded_paths(text: str) -> frozenset[str] | None:
     return paths or None
 KUSTOMIZATION = "kustomization.yaml"
 _HASH_SUFFIX = re.compile(r"-[0-9a-f]{10}$")
+DCGM_COMPONENT = "dcgm-exporter"  # its counters, in the operator's namespace (the operator runs it)
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,10 @@ def build_tree(resolved: ResolvedPolicy) -> Tree:
     if values is not None:
         files[gpu_operator.VALUES_FILE] = serialize.dump_yaml(values)
     # No labels here: every object carries its own (objects.labels), and the partial ClusterPolicy must carry none.
-    files[KUSTOMIZATION] = serialize.dump_yaml(objects.kustomization(list(components)))
+    # monitoring/ is applied on its own, with the monitoring stack whose CRDs it needs: the root leaves it out,
+    # so a missing Prometheus Operator never blocks the GPU configuration (docs/ci-and-gitops.md#monitoring).
+    files[KUSTOMIZATION] = serialize.dump_yaml(objects.kustomization(
+        [c for c in components if c != monitoring.COMPONENT]))
     for rc in resolved.classes:
         files[report.picture_path(rc.name)] = pictures.class_picture(rc)
     if resolved.vgpu_classes:
@@ -123,21 +128,28 @@ def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
             names = {nc.name: out["device-plugin"][f"configmap-{nc.name}"]["metadata"]["name"]
                      for nc in resolved.classes}
             out["feature-discovery"] = feature_discovery.render_feature_discovery(resolved, names)
+    elif (dcgm := monitoring.render_dcgm_metrics(resolved)) is not None:
+        out[DCGM_COMPONENT] = {"configmap": dcgm}
     if reconciler := node_labels.render_node_labels(resolved):
         out["node-labels"] = reconciler
     if plugin.deploy == "gpu-operator" and plugin.operator.installer == "olm":
-        config, mig = _operator_configmaps(out)
-        out["gpu-operator"] = {"clusterpolicy": gpu_operator.render_cluster_policy(resolved, config, mig)}
+        out["gpu-operator"] = {"clusterpolicy": gpu_operator.render_cluster_policy(resolved, *_operator_fields(
+            resolved, out))}
     if resolved.spec.admission.enabled:
         out["admission"] = {_stem(obj): obj for obj in admission_webhook.render_admission(resolved)}
+    if resolved.spec.monitoring.enabled:
+        out[monitoring.COMPONENT] = {_stem(obj): obj for obj in monitoring.render_monitoring(resolved)}
     return dict(sorted(out.items()))
 
 
-def _operator_configmaps(components: Mapping[str, Mapping[str, Obj]]) -> tuple[str | None, str | None]:
-    # No device-plugin configs when every class is vgpu: HAMi's plugin runs on every class's nodes.
+def _operator_fields(resolved: ResolvedPolicy, components: Mapping[str, Mapping[str, Obj]]
+                     ) -> tuple[str | None, str | None, Obj | None]:
+    """What the operator is pointed at: the device-plugin configs (none when every class is vgpu: HAMi's plugin
+    runs on every class's nodes), the MIG configs, and dcgm-exporter's fields."""
     config = components["device-plugin"]["configmap"]["metadata"]["name"] if "device-plugin" in components else None
     mig = components["mig"]["configmap"]["metadata"]["name"] if "mig" in components else None
-    return config, mig
+    dcgm = components.get(DCGM_COMPONENT, {}).get("configmap")
+    return config, mig, None if dcgm is None else monitoring.dcgm_exporter_fields(resolved, dcgm["metadata"]["name"])
 
 
 def _operator_values(resolved: ResolvedPolicy, components: Mapping[str, Mapping[str, Obj]]) -> Obj | None:
@@ -146,7 +158,7 @@ def _operator_values(resolved: ResolvedPolicy, components: Mapping[str, Mapping[
     operator = resolved.spec.device_plugin
     if operator.deploy != "gpu-operator" or operator.operator.installer != "helm":
         return None
-    return gpu_operator.render_helm_values(resolved, *_operator_configmaps(components))
+    return gpu_operator.render_helm_values(resolved, *_operator_fields(resolved, components))
 
 
 def _stem(obj: Obj) -> str:

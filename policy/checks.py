@@ -591,6 +591,27 @@ def check_operator_release(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
                          "version in the operator's values", severity="warning")
 
 
+def check_monitoring(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    """What the GPU Operator release can set on the dcgm-exporter it runs, for the monitoring rules: the node each
+    series comes from (a ServiceMonitor relabeling) and, for per-pod series, the host's PIDs."""
+    spec = resolved.spec
+    release = resolved.operator_release
+    dcgm = spec.monitoring.dcgm_exporter
+    if spec.device_plugin.deploy != "gpu-operator" or release is None or not (spec.monitoring.enabled and dcgm.enabled):
+        return
+    if not release.crd_relabels_dcgm_exporter:
+        yield Diagnostic("version-unsupported-feature", f"the monitoring rules join dcgm-exporter's series on the "
+                         f"node they come from, a ServiceMonitor relabeling GPU Operator {release.version} cannot set "
+                         "(dcgmExporter.serviceMonitor.relabelings needs v23.9.0)",
+                         ("spec", "monitoring", "dcgmExporter"),
+                         "upgrade the operator to v23.9.0 or newer, or set monitoring.dcgmExporter.enabled: false")
+    if dcgm.per_pod_metrics and not release.crd_has_dcgm_exporter_host_pid:
+        yield Diagnostic("version-unsupported-feature", f"per-pod DCGM metrics need dcgm-exporter in the host's PID "
+                         f"namespace, which GPU Operator {release.version} cannot set (dcgmExporter.hostPID needs "
+                         "v25.10.0)", ("spec", "monitoring", "dcgmExporter", "perPodMetrics"),
+                         "upgrade the operator to v25.10.0 or newer, or set perPodMetrics: false")
+
+
 def check_driver(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
     """A class's stated driver against what its MIG layouts need (MIG user guide; policy/drivers.py)."""
     for i, rc in enumerate(resolved.classes):
@@ -607,6 +628,7 @@ def check_driver(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
 
 CHECKS: tuple[Check, ...] = (
     check_operator_release,
+    check_monitoring,
     check_driver,
     check_reserved_names,
     check_operator_settings,

@@ -676,6 +676,75 @@ class Admission(Model):
     shows how to find them on EKS, GKE, AKS, kubeadm, kind and TKE."""
 
 
+def _percent(value: str) -> str:
+    try:
+        sizing.parse_percent(value)
+    except ValueError as err:
+        raise PydanticCustomError("invalid-value", "{problem}",
+                                  {"problem": str(err), "hint": "write e.g. 90%"}) from None
+    return value
+
+
+Percent = Annotated[
+    str,
+    StringConstraints(pattern=r"^\d+(\.\d+)?%$"),
+    AfterValidator(_percent),
+]
+"""A percentage from 0% to below 100%, e.g. 90% (each field's own docstring describes it)."""
+
+
+class Dashboard(Model):
+    enabled: StrictBool = True
+    """Compile the Grafana dashboard (a ConfigMap the Grafana sidecar loads)."""
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=lambda: {"grafana_dashboard": "1"})
+    """Labels the Grafana sidecar selects dashboard ConfigMaps by (kube-prometheus-stack: grafana_dashboard=1)."""
+    annotations: dict[LabelKey, str] = Field(default_factory=dict)
+    """Annotations of the dashboard ConfigMap, e.g. the sidecar's folder annotation."""
+
+
+class DcgmExporter(Model):
+    enabled: StrictBool = True
+    """dcgm-exporter runs on the GPU nodes: compile the GPU memory and SM activity alerts and panels."""
+    per_pod_metrics: StrictBool = False
+    """dcgm-exporter 4.5.3-4.8.2 or newer runs with KUBERNETES_VIRTUAL_GPUS=true and hostPID, so it reports
+    memory and SM utilization per pod on shared GPUs: compile the per-pod alerts (a pod over its slot's memory
+    budget, a pod starving the others)."""
+
+
+class Thresholds(Model):
+    memory_pressure: Percent = "90%"
+    """Device memory in use, of a shared GPU or MIG instance, above which its pods risk running out; for classes
+    whose sizing gives a reserve the threshold is 100% minus the reserve instead."""
+    pod_compute_share: Percent = "80%"
+    """SM utilization of one pod on a GPU it shares with others above which it starves them (per-pod metrics)."""
+    idle_memory: Percent = "50%"
+    """Device memory in use above which an idle GPU counts as wasted (busy memory, idle SMs)."""
+    idle_sm_activity: Percent = "5%"
+    """Average SM activity over an hour below which a GPU holding memory counts as idle."""
+    webhook_latency: Annotated[str, StringConstraints(pattern=r"^[1-9]\d*(ms|s)$")] = "500ms"
+    """p99 admission latency, as the API server measures it, above which the webhook counts as slow."""
+
+
+class Monitoring(Model):
+    enabled: StrictBool = False
+    """Compile recording rules, alerts and a Grafana dashboard for this policy into monitoring/ (needs the
+    Prometheus Operator's CRDs)."""
+    namespace: DnsLabel | None = None
+    """Namespace of the PrometheusRule and the dashboard ConfigMap; default: the webhook's namespace."""
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=lambda: {"release": "kube-prometheus-stack"})
+    """Labels the Prometheus Operator selects PrometheusRules and ServiceMonitors by (kube-prometheus-stack:
+    release=<Helm release>); a rule Prometheus does not select applies cleanly and is never loaded."""
+    runbook_url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s#]+$")] = (
+        "https://github.com/gpupolicy/gpupolicy/blob/main/docs/runbooks.md")
+    """Where the alerts' runbook_url annotations point; each alert links to #<alert name in lowercase>."""
+    dashboard: Dashboard = Dashboard()
+    """The Grafana dashboard: one row per node class."""
+    dcgm_exporter: DcgmExporter = DcgmExporter()
+    """What NVIDIA's dcgm-exporter reports on this cluster's GPU nodes."""
+    thresholds: Thresholds = Thresholds()
+    """Alert thresholds the spec's own figures (sizing, reserve, replicas) do not decide."""
+
+
 class Spec(Model):
     kubernetes_version: Annotated[str, StringConstraints(pattern=r"^1\.\d+$")] = "1.30"
     """Oldest Kubernetes minor version the output must run on (manifests are validated against it)."""
@@ -689,6 +758,8 @@ class Spec(Model):
     """The validating webhook that enforces this policy at pod admission."""
     hami: Hami = Hami()
     """The HAMi install vgpu classes run on (read only when a class uses vgpu)."""
+    monitoring: Monitoring = Monitoring()
+    """Prometheus rules and a Grafana dashboard that watch the cluster against this policy."""
 
     @property
     def kubernetes_minor(self) -> int:

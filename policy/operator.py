@@ -53,6 +53,16 @@ class Release:
         return self.version_tuple < (26, 3, 0)
 
     @property
+    def crd_relabels_dcgm_exporter(self) -> bool:
+        """Whether the CRD has dcgmExporter.serviceMonitor.relabelings (from v23.9; an older API server prunes it)."""
+        return self.version_tuple >= (23, 9, 0)
+
+    @property
+    def crd_has_dcgm_exporter_host_pid(self) -> bool:
+        """Whether the CRD has dcgmExporter.hostPID (from v25.10)."""
+        return self.version_tuple >= (25, 10, 0)
+
+    @property
     def chart_sets_mig_config_name(self) -> bool:
         """Whether the chart's ClusterPolicy carries migManager.config.name with default values: rendered empty and
         defaulted by the API server up to v25.10 (so the chart's field manager owns it), omitted from v26.3."""

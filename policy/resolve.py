@@ -58,6 +58,14 @@ class Offer:
     def mode_name(self) -> str:
         return mode_name(self.modes)
 
+    @property
+    def slot_memory_mib(self) -> int:
+        """What one slot can count on: the offer's figure, except that the replicas of a time-sliced MIG
+        instance split the instance's memory among them (with no limit)."""
+        if self.isolation == "mig-hardware":
+            return self.memory_mib // self.replicas
+        return self.memory_mib
+
     def describe(self) -> str:
         """``1 GPU x 8 time-slicing replicas``: the offer per node, in words."""
         return describe_offer(self.devices_per_node, self.replicas, self.modes, self.mig_profile)

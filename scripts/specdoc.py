@@ -68,6 +68,12 @@ VERSION_GATES: tuple[Gate, ...] = (
          "the formats and webhook behaviour gpupolicy writes and checks for; a newer minor is a warning",
          "hami-unsupported-version",
          "HAMi v2.10.0: the webhook's gpumem-percentage check; JSON node registration since v2.8.0"),
+    Gate("spec.monitoring.dcgmExporter", None, "GPU Operator", "v23.9.0",
+         "deploy: gpu-operator with monitoring: the node label of dcgm-exporter's series, a ServiceMonitor relabeling",
+         "version-unsupported-feature", "gpu-operator ClusterPolicy CRD: dcgmExporter.serviceMonitor.relabelings"),
+    Gate("spec.monitoring.dcgmExporter.perPodMetrics", "true", "GPU Operator", "v25.10.0",
+         "deploy: gpu-operator: dcgm-exporter in the host's PID namespace", "version-unsupported-feature",
+         "gpu-operator ClusterPolicy CRD: dcgmExporter.hostPID"),
     Gate("spec.admission.enabled", "true", "Kubernetes", "1.28",
          "the webhook registration uses `matchConditions`; set `spec.kubernetesVersion`",
          "version-unsupported-feature",
@@ -454,10 +460,12 @@ def _render_gates(gates: Sequence[Gate]) -> list[str]:
     out = [
         "## Version gates",
         "",
-        "`spec.devicePlugin.version` is the device-plugin release the configs are written for, and "
+        "`spec.devicePlugin.version` is the device-plugin release the configs are written for, "
+        "`spec.devicePlugin.operator.version` the GPU Operator release (deploy: gpu-operator), and "
         "`spec.kubernetesVersion` the oldest Kubernetes the output must run on. A feature the release does not "
-        "have is an error, never silently dropped: older plugins ignore config keys they do not know. Where a "
-        "release instead applies a safe value of its own, a warning says so and the output says what it does.",
+        "have is an error, never silently dropped: older plugins ignore config keys they do not know, and the API "
+        "server prunes ClusterPolicy fields an older operator's CRD does not declare. Where a release instead "
+        "applies a safe value of its own, a warning says so and the output says what it does.",
         "",
         "| field | value | needs | for | code | source |",
         "|---|---|---|---|---|---|",

@@ -30,6 +30,16 @@ def _resources() -> Obj:
     return {"limits": {"memory": "256Mi"}, "requests": {"cpu": "50m", "memory": "100Mi"}}
 
 
+def plugin_daemonset_name(node_class: str) -> str:
+    """The standalone plugin DaemonSet of a class (and the base name of its ConfigMap)."""
+    return f"{PLUGIN_APP}-{node_class}"
+
+
+def mps_daemonset_name(node_class: str) -> str:
+    """The MPS control daemon DaemonSet of a class."""
+    return f"{MPS_APP}-{node_class}"
+
+
 def config_path(node_class: str) -> str:
     """Where a class's config file is mounted; --config-file points at this file, never at its directory."""
     return f"{CONFIG_DIR}/{node_class}.yaml"
@@ -140,7 +150,7 @@ def render_standalone(resolved: ResolvedPolicy) -> dict[str, Obj]:
 def _class_config_map(policy: ClusterGPUPolicy, node_class: ResolvedClass) -> Obj:
     plugin = policy.spec.device_plugin
     return objects.config_map(
-        f"{PLUGIN_APP}-{node_class.name}",
+        plugin_daemonset_name(node_class.name),
         {node_class.name: render_config_text(plugin, node_class)},
         namespace=plugin.namespace,
         labels=objects.labels(policy, "device-plugin", **{objects.NODE_CLASS_LABEL: node_class.name}),
@@ -188,7 +198,7 @@ def _plugin_daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, conf
     }
     affinity, app = _mig_client(node_class, "device-plugin")
     return objects.daemon_set(
-        f"{PLUGIN_APP}-{node_class.name}",
+        plugin_daemonset_name(node_class.name),
         namespace=plugin.namespace,
         labels=objects.labels(policy, "device-plugin"),
         selector=objects.selector_labels(PLUGIN_APP, node_class.name),
@@ -265,7 +275,7 @@ def _mps_daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, config_
     # The MIG manager waits for no MPS pod label, but the daemon pauses with the plugin it serves.
     affinity, _ = _mig_client(node_class, "device-plugin")
     return objects.daemon_set(
-        f"{MPS_APP}-{node_class.name}",
+        mps_daemonset_name(node_class.name),
         namespace=plugin.namespace,
         labels=objects.labels(policy, "mps-control-daemon"),
         selector=objects.selector_labels(MPS_APP, node_class.name),

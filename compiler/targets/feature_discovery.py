@@ -21,6 +21,11 @@ FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 GFD_IMAGE = "nvcr.io/nvidia/gpu-feature-discovery"
 
 
+def daemonset_name(node_class: str) -> str:
+    """The GPU Feature Discovery DaemonSet of a class."""
+    return f"{APP}-{node_class}"
+
+
 def render_feature_discovery(resolved: ResolvedPolicy, config_maps: dict[str, str]) -> dict[str, Obj]:
     """File stem -> DaemonSet per class (config_maps: class -> its device-plugin ConfigMap's name)."""
     return {f"daemonset-{nc.name}": _daemon_set(resolved, nc, config_maps[nc.name])
@@ -76,7 +81,7 @@ def _daemon_set(resolved: ResolvedPolicy, node_class: ResolvedClass, config_map:
         "volumes": volumes,
         **extra,
     }
-    return objects.daemon_set(f"{APP}-{node_class.name}", namespace=plugin.namespace,
+    return objects.daemon_set(daemonset_name(node_class.name), namespace=plugin.namespace,
                               labels=objects.labels(policy, "gpu-feature-discovery"),
                               selector=objects.selector_labels(APP, node_class.name), pod_spec=pod_spec,
                               template_labels=template)

@@ -3,6 +3,8 @@ Helm values for the operator's Helm release (installer helm), or a partial Clust
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from compiler import objects
 from compiler.objects import Obj
 from compiler.targets.device_plugin import render_config_text
@@ -12,6 +14,12 @@ from policy.resolve import ResolvedPolicy
 OPERATOR_CONFIGS = "gpupolicy-device-plugin-configs"
 #: Helm values for the operator's release (installer helm), at the top of the tree: not a Kubernetes object.
 VALUES_FILE = "gpu-operator-values.yaml"
+# The DaemonSets the operator runs from these configs, in its namespace (gpu-operator v26.7.0
+# assets/state-device-plugin, state-mps-control-daemon, gpu-feature-discovery and state-mig-manager).
+PLUGIN_DAEMONSET = "nvidia-device-plugin-daemonset"
+MPS_DAEMONSET = "nvidia-device-plugin-mps-control-daemon"
+GFD_DAEMONSET = "gpu-feature-discovery"
+MIG_MANAGER_DAEMONSET = "nvidia-mig-manager"
 
 
 def render_operator_configs(resolved: ResolvedPolicy) -> Obj:
@@ -28,9 +36,11 @@ def render_operator_configs(resolved: ResolvedPolicy) -> Obj:
     )
 
 
-def cluster_policy_fields(resolved: ResolvedPolicy, configs: str | None, mig_configs: str | None) -> Obj:
+def cluster_policy_fields(resolved: ResolvedPolicy, configs: str | None, mig_configs: str | None,
+                          dcgm_exporter: Mapping[str, object] | None = None) -> Obj:
     """The ClusterPolicy spec fields gpupolicy decides, and nothing else (every value valid in every operator
-    release v23.3 - v26.7: schemas/gpu-operator/).
+    release v23.3 - v26.7: schemas/gpu-operator/; the dcgmExporter fields of monitoring in the releases its
+    checks allow).
 
     devicePlugin.config.default is always written: a default the operator's installer set that is not a key of
     our ConfigMap would crash-loop every unlabelled node's config-manager ("specified config ... does not
@@ -43,10 +53,13 @@ def cluster_policy_fields(resolved: ResolvedPolicy, configs: str | None, mig_con
         spec["devicePlugin"] = {"config": {"default": resolved.default_config, "name": configs}}
     if mig_configs is not None:
         spec["migManager"] = {"config": {"default": MIG_ALL_DISABLED, "name": mig_configs}}
+    if dcgm_exporter is not None:
+        spec["dcgmExporter"] = dict(dcgm_exporter)
     return spec
 
 
-def render_cluster_policy(resolved: ResolvedPolicy, configs: str | None, mig_configs: str | None) -> Obj:
+def render_cluster_policy(resolved: ResolvedPolicy, configs: str | None, mig_configs: str | None,
+                          dcgm_exporter: Mapping[str, object] | None = None) -> Obj:
     """installer olm: the fields above as a partial ClusterPolicy for server-side apply.
 
     No labels: the object belongs to whoever created it, and a partial object carries only fields gpupolicy
@@ -57,11 +70,13 @@ def render_cluster_policy(resolved: ResolvedPolicy, configs: str | None, mig_con
     """
     operator = resolved.spec.device_plugin.operator
     return objects.cluster_policy_patch(operator.effective_cluster_policy_name,
-                                        cluster_policy_fields(resolved, configs, mig_configs))
+                                        cluster_policy_fields(resolved, configs, mig_configs, dcgm_exporter))
 
 
-def render_helm_values(resolved: ResolvedPolicy, configs: str | None, mig_configs: str | None) -> Obj:
+def render_helm_values(resolved: ResolvedPolicy, configs: str | None, mig_configs: str | None,
+                       dcgm_exporter: Mapping[str, object] | None = None) -> Obj:
     """installer helm: the same fields as values of the operator's chart, so its release renders them into the
     ClusterPolicy it owns and no second writer exists (templates/clusterpolicy.yaml maps devicePlugin.config,
-    mig.strategy and migManager.config one to one, v23.3 - v26.7)."""
-    return cluster_policy_fields(resolved, configs, mig_configs)
+    mig.strategy and migManager.config one to one, v23.3 - v26.7, and dcgmExporter's env, config.name,
+    serviceMonitor and, from v25.10, hostPID)."""
+    return cluster_policy_fields(resolved, configs, mig_configs, dcgm_exporter)

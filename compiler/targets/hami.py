@@ -116,6 +116,11 @@ def _device_config_text(settings: Hami, node_class: ResolvedClass | None) -> str
 # ----------------------------------------------------------------------- the hami/ component
 
 
+def daemonset_name(node_class: str) -> str:
+    """HAMi's device-plugin DaemonSet of a vgpu class."""
+    return f"{PLUGIN_APP}-{node_class}"
+
+
 def render_hami(resolved: ResolvedPolicy) -> dict[str, Obj]:
     """File stem -> object: the plugin's account and RBAC, and per vgpu class a content-named ConfigMap and a
     DaemonSet (each class's objects depend on that class alone)."""
@@ -256,7 +261,7 @@ def _daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, config_map:
         "volumes": volumes,
     }
     return objects.daemon_set(
-        f"{PLUGIN_APP}-{node_class.name}",
+        daemonset_name(node_class.name),
         namespace=settings.namespace,
         labels=_labels(policy),
         selector=objects.selector_labels(PLUGIN_APP, node_class.name),

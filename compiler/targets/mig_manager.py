@@ -23,6 +23,11 @@ CLIENTS_KEY = "clients.yaml"
 HOST_GPU_CLIENTS = ("dcgm-exporter", "nv_peer_mem", "nvidia-dcgm", "nvsm*")
 
 
+def daemonset_name(node_class: str) -> str:
+    """The MIG manager DaemonSet of a class."""
+    return f"{APP}-{node_class}"
+
+
 def render_mig_manager(resolved: ResolvedPolicy, mig_configmap: str) -> dict[str, Obj]:
     """File stem -> object: the shared RBAC and host-clients ConfigMap, and one DaemonSet per MIG-managed class."""
     policy = resolved.policy
@@ -135,7 +140,7 @@ def _daemon_set(resolved: ResolvedPolicy, node_class: ResolvedClass, image: str,
         ],
     }
     return objects.daemon_set(
-        f"{APP}-{node_class.name}", namespace=plugin.namespace, labels=_labels(resolved),
+        daemonset_name(node_class.name), namespace=plugin.namespace, labels=_labels(resolved),
         selector=objects.selector_labels(APP, node_class.name), pod_spec=pod_spec,
         template_labels={"app": APP},
     )

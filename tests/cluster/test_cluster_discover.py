@@ -78,6 +78,7 @@ def test_the_seed_draft_given_the_articles_sizing_compiles_to_exactly_the_exampl
     data = yaml.safe_load(draft_of(cluster, gpupolicy, "seed-003-before"))
     for node_class in data["spec"]["nodeClasses"]:
         node_class.update(SEED_DECISIONS[node_class["name"]])
+    data["spec"]["monitoring"] = {"enabled": True}  # a decision too: the example watches its policy
     drafted = compile_text(yaml.safe_dump(data))
     example = compile_text(TKE_SPEC.read_text(encoding="utf-8"))
     # Byte for byte, REPORT.md included: the draft found the same selectors, plugin image, namespace and flags the
@@ -90,6 +91,7 @@ def test_the_seed_draft_given_plain_replicas_compiles_to_the_examples_device_plu
     data = yaml.safe_load(draft_of(cluster, gpupolicy, "seed-003-before"))
     for node_class in data["spec"]["nodeClasses"]:
         node_class["sharing"] = {"timeSlicing": {"replicas": {"l20": 8, "t4": 3}[node_class["name"]]}}
+    data["spec"]["monitoring"] = {"enabled": True}
     drafted = compile_text(yaml.safe_dump(data))
     example = compile_text(TKE_SPEC.read_text(encoding="utf-8"))
     plugin = sorted(p for p in example if p.startswith("device-plugin/"))
@@ -97,10 +99,12 @@ def test_the_seed_draft_given_plain_replicas_compiles_to_the_examples_device_plu
     assert {p: drafted[p] for p in plugin} == {p: example[p] for p in plugin}
     # Expected to differ: replicas given instead of sizing change the memory per slot (46068 / 8 rather than the
     # measured 4621 MiB), which the capacity report and its pictures and the admission policy (and so the webhook
-    # Deployment that mounts that content-named ConfigMap) carry.
+    # Deployment that mounts that content-named ConfigMap) carry, and so do the budget of a slot the monitoring
+    # rules record and their memory-pressure threshold (the reserve sizing gave).
     assert {p for p in example if drafted[p] != example[p]} == {
         "REPORT.md", "report.json", "pictures/l20.svg", "pictures/t4.svg",
-        "admission/configmap-gpupolicy-admission-policy.yaml", "admission/deployment-gpupolicy-webhook.yaml"}
+        "admission/configmap-gpupolicy-admission-policy.yaml", "admission/deployment-gpupolicy-webhook.yaml",
+        "monitoring/prometheusrule-gpupolicy.yaml"}
 
 
 def test_the_draft_text_loads_as_exactly_its_data(cluster, gpupolicy):

@@ -17,7 +17,7 @@ from external_tools import require_tool
 from jsonschema import Draft202012Validator
 
 from compiler import compile_policy
-from compiler.targets import device_plugin, gpu_operator, hami
+from compiler.targets import device_plugin, gpu_operator, hami, monitoring
 from compiler.tree import Tree
 from policy.model import ClusterGPUPolicy
 from policy.resolve import resolve
@@ -30,6 +30,9 @@ CUSTOM_KINDS = {
     ("nvidia.com/v1", "ClusterPolicy"),
     ("cert-manager.io/v1", "Certificate"),
     ("cert-manager.io/v1", "Issuer"),
+    ("monitoring.coreos.com/v1", "PrometheusRule"),  # tests/compiler/test_monitoring_objects.py
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
 }
 
 
@@ -182,9 +185,11 @@ def test_olm_gets_an_unlabelled_partial_cluster_policy_with_the_same_fields(exam
     assert patch["metadata"]["name"] == "gpu-cluster-policy"
     assert "labels" not in patch["metadata"], "a partial object carries only fields gpupolicy owns"
     assert "ServerSideApply=true" in patch["metadata"]["annotations"]["argocd.argoproj.io/sync-options"]
-    assert patch["spec"] == gpu_operator.cluster_policy_fields(
-        resolve(example_policy("h20-mig")), *(yaml.safe_load(tree[p])["metadata"]["name"]
-                                              for p in ("device-plugin/configmap.yaml", "mig/configmap.yaml")))
+    resolved = resolve(example_policy("h20-mig"))
+    config, mig, dcgm = (yaml.safe_load(tree[f"{d}/configmap.yaml"])["metadata"]["name"]
+                         for d in ("device-plugin", "mig", "dcgm-exporter"))
+    assert patch["spec"] == gpu_operator.cluster_policy_fields(resolved, config, mig,
+                                                               monitoring.dcgm_exporter_fields(resolved, dcgm))
     assert gpu_operator.VALUES_FILE not in tree
 
 

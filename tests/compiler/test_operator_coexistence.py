@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "gpu-operator"
 SCHEMAS = ROOT / "schemas" / "gpu-operator"
 OLM = ("installer: helm ", "installer: olm ")
+# The operator fields of the device plugin and MIG alone (monitoring's dcgmExporter fields: test_monitoring_objects.py).
+NO_MONITORING = ("  monitoring:\n    enabled: true\n", "")
 
 # What gpupolicy emitted before: the partial object with its own labels, applied over Helm's (the root
 # kustomization's labels added managed-by and cluster again).
@@ -95,7 +97,7 @@ def test_after_the_helm_release_renders_gpupolicy_values_and_nothing_else_writes
 
 
 def test_olm_the_reports_apply_advice_works_as_written(example_policy: Load) -> None:
-    tree = compile_policy(example_policy("h20-mig", OLM))
+    tree = compile_policy(example_policy("h20-mig", OLM, NO_MONITORING))
     advice = re.search(r"`(kubectl apply [^`]+)`", tree["REPORT.md"].decode())
     assert advice is not None
     words = advice.group(1).split()
@@ -161,17 +163,20 @@ def unknown_fields(schema: dict[str, Any], obj: Any, prefix: str = "") -> list[s
 
 @pytest.mark.parametrize("release", operator.RELEASES, ids=lambda r: r.version)
 def test_every_field_gpupolicy_sets_is_valid_in_every_release(example_policy: Load, release: operator.Release) -> None:
-    patch = yaml.safe_load(compile_policy(example_policy("h20-mig", OLM))["gpu-operator/clusterpolicy.yaml"])
+    # Monitoring's dcgm-exporter fields need v23.9 (check_monitoring refuses older releases), the rest any release.
+    edits = () if release.crd_relabels_dcgm_exporter else (NO_MONITORING,)
+    patch = yaml.safe_load(compile_policy(example_policy("h20-mig", OLM, *edits))["gpu-operator/clusterpolicy.yaml"])
     validator(release, patch=True).validate(patch)
     assert unknown_fields(crd_schema(release), patch) == []
-    values = yaml.safe_load(compile_policy(example_policy("h20-mig"))[gpu_operator.VALUES_FILE])
+    values = yaml.safe_load(compile_policy(example_policy("h20-mig", *edits))[gpu_operator.VALUES_FILE])
     validator(release, patch=True).validate({"spec": values})
 
 
 def test_the_patch_alone_cannot_create_a_cluster_policy(example_policy: Load) -> None:
     # The create-vs-patch case: applied where no ClusterPolicy of that name exists, the API server would create
     # it from these fields alone and refuse it for every required field it lacks.
-    patch = yaml.safe_load(compile_policy(example_policy("h20-mig", OLM))["gpu-operator/clusterpolicy.yaml"])
+    patch = yaml.safe_load(compile_policy(example_policy("h20-mig", OLM, NO_MONITORING))[
+        "gpu-operator/clusterpolicy.yaml"])
     for release in (operator.release("v25.3.0"), operator.release("v26.7.0")):
         errors = sorted(e.message for e in validator(release).iter_errors(patch))
         missing = sorted(m.split("'")[1] for m in errors)

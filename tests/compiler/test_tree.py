@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -149,6 +150,8 @@ def test_kustomizations_use_labels_never_common_labels_and_list_every_file(examp
         assert kustomization["resources"] == sorted(kustomization["resources"])
         listed = {f"{directory}/{r}" for r in kustomization["resources"]}
         assert listed == {p for p in tree if p.startswith(f"{directory}/") and not p.endswith("/kustomization.yaml")}
+    # monitoring/ is its own unit, applied with the monitoring stack (tests/compiler/test_monitoring_objects.py)
+    assert {p.split("/")[0] for p in tree if "/" in p} == {*top["resources"], "monitoring", "pictures"}
 
 
 @pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"])
@@ -162,7 +165,7 @@ def test_content_named_configmaps_come_first_and_are_never_pruned_mid_rollout(
             continue
         obj = doc(tree, path)
         annotations = obj["metadata"].get("annotations", {})
-        if obj["kind"] == "ConfigMap":
+        if obj["kind"] == "ConfigMap" and re.search(r"-[0-9a-f]{10}$", obj["metadata"]["name"]):
             assert annotations["argocd.argoproj.io/sync-wave"] == "-1", path
             assert annotations["argocd.argoproj.io/sync-options"] == "Prune=false", path
             assert annotations["kustomize.toolkit.fluxcd.io/prune"] == "disabled", path

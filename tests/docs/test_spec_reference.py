@@ -68,13 +68,16 @@ spec:
   kubernetesVersion: "{k8s}"
   hami: {{version: {hami}}}
   devicePlugin:
+    deploy: {deploy}
     version: {plugin}
     flags: {{deviceListStrategy: {strategy}}}
+    operator: {{version: {operator}}}
   nodeClasses:
   - name: a100
     nodeSelector: {{pool: a100}}
     gpu: {{model: A100-SXM4-80GB, count: 4}}
     sharing: {sharing}
+  monitoring: {monitoring}
 """
 
 # For every gate: the spec settings that use the feature, and (below, at) versions around its threshold.
@@ -91,6 +94,11 @@ GATE_CASES: dict[tuple[str, str | None], tuple[dict[str, str], str, str, str]] =
         ({"sharing": "{mps: {replicas: 4, failRequestsGreaterThanOne: false}}"}, "plugin", "v0.19.3", "v0.20.0"),
     ("spec.admission.enabled", "true"): ({}, "k8s", "1.27", "1.28"),
     ("spec.hami.version", None): ({"sharing": "{vgpu: {splitCount: 4}}"}, "hami", "v2.9.0", "v2.10.0"),
+    ("spec.monitoring.dcgmExporter", None): ({"deploy": "gpu-operator", "monitoring": "{enabled: true}"},
+                                              "operator", "v23.6.2", "v23.9.0"),
+    ("spec.monitoring.dcgmExporter.perPodMetrics", "true"): (
+        {"deploy": "gpu-operator", "monitoring": "{enabled: true, dcgmExporter: {perPodMetrics: true}}"},
+        "operator", "v25.3.0", "v25.10.0"),
 }
 
 
@@ -98,7 +106,7 @@ GATE_CASES: dict[tuple[str, str | None], tuple[dict[str, str], str, str, str]] =
 def test_each_documented_version_gate_is_enforced_exactly_at_its_version(gate: specdoc.Gate) -> None:
     settings, knob, below, at = GATE_CASES[(gate.field, gate.value)]
     values = {"k8s": "1.30", "plugin": "v0.17.1", "strategy": "envvar", "sharing": "exclusive", "hami": "v2.10.0",
-              **settings}
+              "deploy": "standalone", "operator": "v26.7.0", "monitoring": "{enabled: false}", **settings}
 
     def codes(version: str) -> list[str]:
         text = BASE.format(**{**values, knob: version})
