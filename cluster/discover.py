@@ -33,6 +33,9 @@ _POOLS = ("karpenter.sh/nodepool", "eks.amazonaws.com/nodegroup", "cloud.google.
           "tke.cloud.tencent.com/nodepool-id", "node-pool", "nodepool", "gpu-pool")
 _GPU_WORDS = re.compile(r"gpu|nvidia|accelerator", re.IGNORECASE)
 _FALLBACK_KEY = "gpupolicy.dev/node-class"
+#: What to do where no label of the nodes selects a group: the key then holds the class name as its value.
+_LABEL_THEM = ("add this label to the node pool's labels (or replace it with a label the pool already gives only "
+               "these nodes), so nodes that join later carry it too")
 _VERSION = re.compile(r"^v\d+\.\d+\.\d+(-[0-9A-Za-z.-]+)?$")
 _KUBELET = re.compile(r"^v?(\d+)\.(\d+)")
 
@@ -75,8 +78,9 @@ class DraftClass:
     gpu: catalog.GpuModel | None
     sharing: LiveSharing = field(default_factory=lambda: LiveSharing("exclusive", "whole GPUs"))
     """What the nodes run now, read off their labels and capacity."""
-    differing: tuple[str, ...] = ()
-    """Nodes of the group whose labels show other sharing (mid-change, or configured apart)."""
+    differing: tuple[tuple[str, str], ...] = ()
+    """(node, what it shows) for the nodes of the group whose labels show other sharing (mid-change, or configured
+    apart)."""
     taints: tuple[NodeTaint, ...] = ()
     """Taints every node of the group carries (but the transient ones Kubernetes sets)."""
 
@@ -152,7 +156,7 @@ def _lookup(model: str) -> catalog.GpuModel | None:
     return catalog.lookup(model) or catalog.lookup(f"NVIDIA-{model}")
 
 
-def _live(nodes: list[Node]) -> tuple[LiveSharing, tuple[str, ...], tuple[NodeTaint, ...]]:
+def _live(nodes: list[Node]) -> tuple[LiveSharing, tuple[tuple[str, str], ...], tuple[NodeTaint, ...]]:
     """The group's sharing, read off its first node mig-manager has finished with, the nodes that show other
     sharing, and the taints all of them carry."""
     chosen = next((n for n in nodes if settled(n)), nodes[0])
@@ -161,7 +165,7 @@ def _live(nodes: list[Node]) -> tuple[LiveSharing, tuple[str, ...], tuple[NodeTa
     for node in nodes:
         if node is not chosen and (seen := read_sharing(node)).data != sharing.data:
             state = node.labels.get(facts.MIG_CONFIG_STATE)
-            differing.append(f"{node.name} shows {seen.summary}" + (f" (mig.config.state {state})" if state else ""))
+            differing.append((node.name, seen.summary + (f" (mig.config.state {state})" if state else "")))
     common = set(facts.lasting_taints(nodes[0]))
     for node in nodes[1:]:
         common &= set(facts.lasting_taints(node))
@@ -306,7 +310,7 @@ def _separate(i: int, j: int, constant: list[dict[str, str]], chosen: list[dict[
     for side in (i, j):
         if key == _FALLBACK_KEY:
             chosen[side].setdefault(key, "")  # filled with the class name by the renderer
-            notes[side][key] = "TODO: no label tells these nodes apart; label them with it"
+            notes[side][key] = f"TODO: no label tells these nodes apart; {_LABEL_THEM}"
         elif key not in chosen[side]:
             chosen[side][key] = constant[side][key]
             notes[side][key] = "differs between the classes"
@@ -329,7 +333,7 @@ def _exclude_others(i: int, others: list[Node], constant: list[dict[str, str]], 
         names = ", ".join(n.name for n in stray[:3]) + (", ..." if len(stray) > 3 else "")
         why = f"no label tells these nodes from {names}" if stray else "these nodes share no usable label"
         chosen[i][_FALLBACK_KEY] = ""
-        notes[i][_FALLBACK_KEY] = f"TODO: {why}; label them with it"
+        notes[i][_FALLBACK_KEY] = f"TODO: {why}; {_LABEL_THEM}"
 
 
 def _stray(selector: Mapping[str, str], others: list[Node]) -> list[Node]:
@@ -494,8 +498,9 @@ def _header(draft: Draft) -> list[str]:
     lines = [
         f"# Drafted by `gpupolicy cluster discover` from {_where(draft)}: {draft.nodes} "
         f"nodes, {gpu_nodes} with {source}, grouped by {grouping} into one class each.",
-        "# TODO: check each class's sharing (what the nodes' GPU Feature Discovery labels or HAMi's registration "
-        "show they run now; exclusive where they show none), then run `gpupolicy validate` and `gpupolicy compile`.",
+        "# TODO: check each class's sharing below (what the nodes' GPU Feature Discovery labels or HAMi's registration "
+        "show they run now; exclusive where they show none) and change it where the nodes should run something else, "
+        "then save this draft and run `gpupolicy validate` and `gpupolicy compile` on it.",
     ]
     lines += [f"# Not drafted: {s}." for s in draft.skipped]
     return _wrap(lines)
@@ -585,7 +590,9 @@ def _sharing_comments(draft: DraftClass) -> list[str]:
         out = [f"The nodes run {draft.sharing.summary} now (GPU Feature Discovery labels and capacity): compiling "
                "this keeps what their workloads ask for. To change it: " + "; ".join(choices[:-1]) + "."]
     out += [f"TODO: {t}." for t in draft.sharing.todo]
-    out += [f"TODO: {d}; the class follows {_settled_node(draft)}." for d in draft.differing]
+    settled = _settled_node(draft)
+    out += [f"TODO: {node} shows {shown}, unlike {settled}, which the class follows: compiling makes {node} run the "
+            "same; give it a class of its own if it must keep what it runs." for node, shown in draft.differing]
     return out
 
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from cluster.resources import field_managers
 from policy.node_labels import FIELD_MANAGER, LabelPlan
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
 LOG = logging.getLogger("gpupolicy.reconciler")
 EVENTS_NAMESPACE = "default"
-_LABEL_PREFIX = "f:"
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,9 @@ class Action:
 def label_owners(node: Mapping[str, Any]) -> dict[str, set[str]]:
     """Label key -> the field managers that own it, from metadata.managedFields (fieldsV1)."""
     owners: dict[str, set[str]] = {}
-    for entry in (node.get("metadata") or {}).get("managedFields") or ():
-        labels = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {}
-        for key in labels:
-            if key.startswith(_LABEL_PREFIX):
-                owners.setdefault(key[len(_LABEL_PREFIX):], set()).add(str(entry.get("manager", "")))
+    for entry in field_managers(node.get("metadata") or {}) or ():
+        for key in entry.labels:
+            owners.setdefault(key, set()).add(entry.manager)
     return owners
 
 

@@ -21,6 +21,8 @@ def render_text(result: Verification) -> str:
     for status in result.classes:
         mine = [f for f in result.findings if f.node_class == status.name]
         lines.append(_class_header(status, mine))
+        if status.mig_states:
+            lines.append("  MIG config state: " + ", ".join(s.describe() for s in status.mig_states))
         lines += _grouped(mine)
     cluster = [f for f in result.findings if not f.node_class and not f.subject.startswith(_WORKLOADS)]
     workloads = [f for f in result.findings if not f.node_class and f.subject.startswith(_WORKLOADS)]
@@ -103,6 +105,8 @@ def render_json(result: Verification, exit_code: int) -> str:
                 "expectedNodes": s.expected_nodes,
                 "promisedPerNode": dict(s.promised_per_node),
                 "advertised": dict(s.advertised),
+                "migState": [{"node": m.node, "config": m.config, "state": m.state, "forSeconds": m.seconds}
+                             for m in s.mig_states],
                 "agrees": not any(f.severity == "error" for f in result.findings if f.node_class == s.name),
             }
             for s in result.classes

@@ -35,6 +35,20 @@ class Container:
 
 
 @dataclass(frozen=True)
+class FieldManager:
+    """One entry of an object's metadata.managedFields: who last wrote which labels, how and when."""
+
+    manager: str
+    """The field manager: a server-side apply's fieldManager, else the writer's user agent (kubectl-label, ...)."""
+    operation: str
+    """Apply or Update."""
+    time: datetime | None
+    """When this manager last changed a field it owns (the API server updates it with every such change)."""
+    labels: frozenset[str]
+    """The label keys it owns."""
+
+
+@dataclass(frozen=True)
 class Node:
     name: str
     labels: Mapping[str, str]
@@ -47,6 +61,18 @@ class Node:
     annotations: Mapping[str, str] = field(default_factory=dict)
     """What node agents report beside labels (HAMi's device plugin registers its GPUs here)."""
     taints: tuple[NodeTaint, ...] = ()
+    managers: tuple[FieldManager, ...] | None = None
+    """metadata.managedFields; None where the object came without them (`kubectl get -o yaml` leaves them out
+    unless asked with --show-managed-fields)."""
+
+    def label_owners(self, key: str) -> tuple[str, ...]:
+        """The field managers that own a label key, sorted (empty when none does or managedFields are unknown)."""
+        return tuple(sorted({m.manager for m in self.managers or () if key in m.labels}))
+
+    def label_set_at(self, key: str) -> datetime | None:
+        """The latest change by a manager owning the key: the label has held its value at least since then."""
+        times = [m.time for m in self.managers or () if key in m.labels and m.time is not None]
+        return max(times, default=None)
 
 
 @dataclass(frozen=True)
@@ -247,6 +273,24 @@ def _condition_true(conditions: Any, kind: str) -> bool:
     return any(c.get("type") == kind and c.get("status") == "True" for c in conditions or ())
 
 
+def field_managers(meta: Json) -> tuple[FieldManager, ...] | None:
+    """metadata.managedFields (fieldsV1: label keys appear as ``f:<key>`` under ``f:metadata`` / ``f:labels``);
+    None when the object carries none."""
+    entries = meta.get("managedFields")
+    if not isinstance(entries, list):
+        return None
+    found = []
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            continue
+        fields = entry.get("fieldsV1") if isinstance(entry.get("fieldsV1"), Mapping) else {}
+        labels = ((fields.get("f:metadata") or {}).get("f:labels") or {}) if isinstance(fields, Mapping) else {}
+        keys = frozenset(k.removeprefix("f:") for k in labels if isinstance(k, str) and k.startswith("f:"))
+        found.append(FieldManager(str(entry.get("manager", "")), str(entry.get("operation", "")),
+                                  parse_time(entry.get("time")), keys))
+    return tuple(found)
+
+
 def node_from(obj: Json) -> Node:
     meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
     conditions = status.get("conditions")
@@ -262,6 +306,7 @@ def node_from(obj: Json) -> Node:
         annotations=_strings(meta.get("annotations")),
         taints=tuple(NodeTaint(str(t.get("key", "")), str(t.get("value") or ""), str(t.get("effect", "")))
                      for t in spec.get("taints") or () if isinstance(t, Mapping)),
+        managers=field_managers(meta),
     )
 
 

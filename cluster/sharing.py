@@ -67,7 +67,7 @@ def _mig_single(node: Node, profile: str, model: catalog.GpuModel | None) -> Liv
     if replicas > 1:
         data["timeSlicing"] = {profile: replicas}
     todo = (f"MIG single: nvidia.com/gpu.count ({devices}) counts MIG devices, so {gpus} GPU(s) per node is an "
-            "estimate; check nvidia-smi -L on a node",)
+            "estimate; set gpu.count to the number of GPUs `nvidia-smi -L` lists on a node",)
     return LiveSharing({"mig": data}, f"MIG single, {per_gpu}x {profile} per GPU" + _sliced(replicas), gpus, todo)
 
 
@@ -104,11 +104,11 @@ def _mig_mixed(node: Node, profiles: Mapping[str, tuple[int, int]], model: catal
     elif groups is not None:
         data["groups"] = [{"gpus": list(indices), "layout": layout} for indices, layout in groups]
         todo.append("the labels give MIG devices per node, not per GPU: the groups are one arrangement that fits; "
-                    "check which GPU holds which instances with nvidia-smi mig -lgi on a node")
+                    "make them what `nvidia-smi mig -lgi` lists per GPU on a node")
     else:
         data["layout"] = {p: max(1, n // gpus) for p, n in totals.items()}
         todo.append(f"{', '.join(f'{n}x {p}' for p, n in totals.items())} over {gpus} GPU(s) fits no per-GPU "
-                    "layout gpupolicy knows: check nvidia-smi mig -lgi on a node")
+                    "layout gpupolicy knows: write the layout `nvidia-smi mig -lgi` lists per GPU on a node")
     if sliced:
         data["timeSlicing"] = sliced
     devices = ", ".join(f"{n}x {p}" for p, n in totals.items())

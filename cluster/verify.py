@@ -12,10 +12,14 @@ import yaml
 from cluster import facts
 from cluster.expected import Expected, ExpectedDaemonSet
 from cluster.resources import DaemonSet, Deployment, Event, Node, Pod, ReplicaSet, Snapshot
+from compiler.report import label_setter
+from compiler.targets import hami as hami_target
+from compiler.targets import node_labels as reconciler_target
 from compiler.targets.hami import VALUES_PATH
-from policy import catalog, cloud_vgpu, hami, labels, offers, selectors
+from policy import catalog, cloud_vgpu, drivers, hami, labels, offers, selectors
 from policy.engine import Engine
 from policy.model import ClusterGPUPolicy
+from policy.node_labels import FIELD_MANAGER
 from policy.resolve import Offer, ResolvedClass, resolve
 from policy.rules import ClassView, placement_conflict
 from policy.workloads import find_workload, read_gpu_request, read_placement
@@ -27,6 +31,12 @@ _UNSCHEDULABLE_RULES = frozenset({"gpu-request-unsatisfiable", "mig-strategy-mis
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 _PLUGIN_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", MIG_RESOURCE_PREFIX)
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
+#: The MIG manager waits up to 5 minutes for each group of GPU clients to leave before it applies a layout, and a
+#: wait that times out leaves the node pending for good (mig-parted pkg/mig/reconfigure; operator-migmanager notes
+#: A.5 step 8): pending or rebooting for longer than this is stuck, not in progress.
+MIG_STUCK_SECONDS = 30 * 60
+_NO_MANAGED_FIELDS = ("the objects carry no managedFields, which `kubectl get` leaves out unless given "
+                      "--show-managed-fields")
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,24 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class NodeMigState:
+    """What the MIG manager reports on one node: the config it was asked for and how far it got."""
+
+    node: str
+    config: str | None
+    """nvidia.com/mig.config on the node."""
+    state: str | None
+    """nvidia.com/mig.config.state: pending, rebooting, success or failed (None: no MIG manager has reported)."""
+    seconds: int | None
+    """How long the state has held at least, on the snapshot's clock: since the last change by the manager that
+    owns the label (metadata.managedFields); None when that is unknown."""
+
+    def describe(self) -> str:
+        held = f" for {human_duration(self.seconds)}" if self.seconds is not None else ""
+        return f"{self.node} {self.config or '(no config)'} {self.state or 'unreported'}{held}"
+
+
+@dataclass(frozen=True)
 class ClassStatus:
     """A class as found: its nodes, and per resource what it promises per node against what they advertise."""
 
@@ -55,6 +83,8 @@ class ClassStatus:
     promised_per_node: tuple[tuple[str, int], ...]
     advertised: tuple[tuple[str, int], ...]
     """Per resource, the allocatable summed over the class's nodes."""
+    mig_states: tuple[NodeMigState, ...] = ()
+    """Per node, the MIG manager's state, for classes whose nodes select a MIG config (all-disabled included)."""
 
     def promised_total(self, resource: str) -> int:
         return dict(self.promised_per_node).get(resource, 0) * len(self.nodes)
@@ -158,8 +188,9 @@ def verify(snapshot: Snapshot, policy: ClusterGPUPolicy, expected: Expected) -> 
 def _status(view: _View, resolved: ResolvedClass) -> ClassStatus:
     nodes = view.members(resolved.name)
     advertised = tuple((o.resource, sum(n.allocatable.get(o.resource, 0) for n in nodes)) for o in resolved.offers)
+    mig = tuple(_mig_state_of(view, n) for n in nodes) if resolved.mig_config is not None else ()
     return ClassStatus(resolved.name, tuple(n.name for n in nodes), resolved.nodes,
-                       tuple((o.resource, o.per_node) for o in resolved.offers), advertised)
+                       tuple((o.resource, o.per_node) for o in resolved.offers), advertised, mig)
 
 
 def _no_gfd() -> Finding:
@@ -268,11 +299,14 @@ def _node_findings(view: _View, resolved: ResolvedClass, node: Node) -> Iterator
     yield from _unexpected_resources(resolved, node, at)
     yield from _required_labels(view, resolved, node, at)
     yield from _taints(resolved, node, at)
+    if resolved.mig_config is not None:
+        yield from _mig_state(view, resolved, node, at)
     if resolved.vgpu is not None:
         yield from _hami_registration(resolved, node, at)
     if facts.has_gfd_labels(node):
         yield from _gfd_labels(resolved, node, at)
         yield from _memory(resolved, node, at)
+        yield from _driver(resolved, node, at)
     elif view.gfd_seen:
         yield Finding("gfd-labels-missing",
                       f"node {node.name} has no GPU Feature Discovery labels while other GPU nodes do",
@@ -342,19 +376,53 @@ _LABEL_WHY = {
 
 
 def _required_labels(view: _View, resolved: ResolvedClass, node: Node, at: Mapping[str, str]) -> Iterator[Finding]:
-    """Labels a person or node provisioning must set (the compiled REPORT.md lists the same ones)."""
-    wanted = resolved.required_labels
-    for key, want in wanted.items():
+    """The labels the compiled output needs on the node (REPORT.md lists them with who sets each): the ones the
+    tree's label reconciler owns, checked for ownership conflicts, and the others, which their owner sets."""
+    for key, want in resolved.required_labels.items():
         have = node.labels.get(key)
         if have == want:
+            continue
+        if key in resolved.reconciled_labels:
+            yield _reconciled_label(view, resolved, node, key, have, want, at)
             continue
         yield Finding(
             "node-label-missing",
             f"node {node.name} has {key}={have}, class {resolved.name} needs {want}" if have is not None
             else f"node {node.name} lacks {key}={want}: {_LABEL_WHY.get(key, 'the class needs it')}",
-            f"kubectl label node {node.name} {key}={want} --overwrite (or set it in the node pool's labels)",
+            f"{label_setter(resolved, key)} sets it: check that it runs and reaches this node",
             **at,
         )
+
+
+def _reconciled_label(view: _View, resolved: ResolvedClass, node: Node, key: str, have: str | None, want: str,
+                      at: Mapping[str, str]) -> Finding:
+    """A label of the label plan that the node lacks or carries with another value, and who set that value."""
+    namespace = view.policy.spec.admission.namespace
+    logs = f"kubectl -n {namespace} logs deployment/{reconciler_target.NAME}"
+    if have is None:
+        return Finding("node-label-missing",
+                       f"node {node.name} lacks {key}={want}: {_LABEL_WHY.get(key, 'the class needs it')}; "
+                       "gpupolicy's label reconciler sets it",
+                       f"check that the tree's node-labels/ is applied and its reconciler runs ({logs})", **at)
+    owners = node.label_owners(key)
+    others = [o for o in owners if o != FIELD_MANAGER]
+    if node.managers is not None and owners == (FIELD_MANAGER,):
+        return Finding("node-label-stale",
+                       f"{key} is {have!r} on node {node.name}, set by gpupolicy's label reconciler from another "
+                       f"label plan; class {resolved.name}'s plan wants {want!r}",
+                       f"apply the tree: the reconciler that runs is not the one of node-labels/ ({logs})", **at)
+    writer = (", ".join(others) if others else "a writer the API server did not record") \
+        if node.managers is not None else f"a writer verify cannot name ({_NO_MANAGED_FIELDS})"
+    return Finding(
+        "node-label-conflict",
+        f"{key} is {have!r} on node {node.name}, set by {writer}; class {resolved.name}'s label plan wants {want!r}. "
+        "gpupolicy's label reconciler never overwrites a value another writer set (its LabelConflict event and "
+        "gpupolicy_node_label_conflicts report it too)",
+        f"if {want!r} is right, stop the other writer (node pool labels, provisioning) and remove its value "
+        f"(kubectl label node {node.name} {key}-): the reconciler then sets {key}={want}; if {have!r} is right, "
+        f"change class {resolved.name} in the spec",
+        **at,
+    )
 
 
 def _taints(resolved: ResolvedClass, node: Node, at: Mapping[str, str]) -> Iterator[Finding]:
@@ -403,8 +471,6 @@ def _gfd_labels(resolved: ResolvedClass, node: Node, at: Mapping[str, str]) -> I
         elif not key.endswith(".product"):
             yield from _label(resolved, node, key, want, at, only_if_present=present_only)
     yield from _sharing_strategy(resolved, node, at)
-    if resolved.mode == "mig":
-        yield from _mig_state(node, at)
 
 
 def _label(resolved: ResolvedClass, node: Node, key: str, want: str, at: Mapping[str, str],
@@ -524,8 +590,7 @@ def _hami_scheduler(view: _View) -> Iterator[Finding]:
     name = f"{settings.fullname}-scheduler-device"
     live = next((cm for cm in view.snapshot.configmaps
                  if (cm.namespace, cm.name) == (settings.namespace, name)), None)
-    install = (f"helm upgrade --install {settings.release_name} hami-charts/hami --version {settings.chart_version} "
-               f"--namespace {settings.namespace} -f {VALUES_PATH}")
+    install = hami_target.install_command(settings)
     if live is None:
         yield Finding("hami-scheduler-not-installed",
                       f"ConfigMap {settings.namespace}/{name} does not exist: HAMi's scheduler is not installed (or "
@@ -547,20 +612,74 @@ def _yaml(text: str) -> Any:
         return text
 
 
-def _mig_state(node: Node, at: Mapping[str, str]) -> Iterator[Finding]:
+def _mig_state_of(view: _View, node: Node) -> NodeMigState:
     state = node.labels.get(facts.MIG_CONFIG_STATE)
-    if state == "success":
+    since = node.label_set_at(facts.MIG_CONFIG_STATE) if state is not None else None
+    seconds = max(int((view.snapshot.taken_at - since).total_seconds()), 0) if since is not None else None
+    return NodeMigState(node.name, node.labels.get(labels.MIG_CONFIG), state, seconds)
+
+
+def _mig_state(view: _View, resolved: ResolvedClass, node: Node, at: Mapping[str, str]) -> Iterator[Finding]:
+    """What the MIG manager reports for a node of a class that selects a MIG config (all-disabled included), and
+    for how long: a state held past MIG_STUCK_SECONDS is stuck."""
+    found = _mig_state_of(view, node)
+    if found.state == labels.MIG_STATE_SUCCESS:
         return
-    why = {
-        None: "no mig-manager has reported on this node",
-        "pending": "mig-manager is still applying the layout",
-        "rebooting": "mig-manager is rebooting the node to change MIG mode",
-        "failed": "mig-manager failed to apply the layout",
-    }.get(state, f"mig-manager reports {state}")
-    yield Finding("mig-config-not-applied",
-                  f"{facts.MIG_CONFIG_STATE} is {state or 'missing'} on node {node.name}: {why}",
-                  "check the mig-manager pod's log on the node; drain the node if GPU clients block the change",
-                  **at)
+    held = (f" for {human_duration(found.seconds)}" if found.seconds is not None
+            else f" for an unknown time ({_NO_MANAGED_FIELDS})" if found.state is not None else "")
+    head = f"{facts.MIG_CONFIG_STATE} is {found.state or 'missing'} on node {node.name}{held}"
+    plugin = view.policy.spec.device_plugin
+    operator = plugin.deploy == "gpu-operator"
+    manager = "the GPU Operator's MIG manager" if operator else "the tree's nvidia-mig-manager DaemonSet"
+    namespace = plugin.operator.namespace if operator else plugin.namespace
+    logs = f"kubectl -n {namespace} logs -l app=nvidia-mig-manager --tail=100 (the pod on {node.name})"
+    if found.state is None:
+        yield Finding("mig-config-not-applied", f"{head}: no MIG manager has reported on it, so class "
+                      f"{resolved.name}'s config {resolved.mig_config} is not applied",
+                      f"check that {manager} runs on the node and that it carries "
+                      f"{labels.MIG_CONFIG}={resolved.mig_config}", **at)
+    elif found.state in ("pending", "rebooting") and found.seconds is not None and found.seconds < MIG_STUCK_SECONDS:
+        yield Finding("mig-config-in-progress", f"{head}: the MIG manager is applying {found.config}; the class's "
+                      "GPU clients return once it reports success", "wait; verify again in a few minutes",
+                      "warning", **at)
+    elif found.state in ("pending", "rebooting"):
+        yield Finding("mig-config-not-applied", f"{head}: the MIG manager is stuck applying {found.config} (it "
+                      "waits at most 5 minutes for each group of GPU clients to leave)",
+                      f"read its log ({logs}); a pod or host process still on the GPU blocks it: drain the node, "
+                      "then restart the MIG manager pod there (docs/operations.md, MIG reconfiguration)", **at)
+    else:
+        yield Finding("mig-config-not-applied", f"{head}: the MIG manager could not apply {found.config}",
+                      f"read its log ({logs}); drain the node if GPU clients block the change, then restart the "
+                      "MIG manager pod there: it retries (setting the same label again does not)", **at)
+
+
+def _driver(resolved: ResolvedClass, node: Node, at: Mapping[str, str]) -> Iterator[Finding]:
+    """The node's NVIDIA driver, as GFD reports it, against the class's stated gpu.driverVersion and against what
+    the class needs from the driver (policy/drivers.py: MIG layouts, MPS memory limits)."""
+    text = facts.driver_version(node.labels)
+    if text is None:
+        return
+    source = labels.DRIVER_VERSION_FULL if labels.DRIVER_VERSION_FULL in node.labels else \
+        "/".join(labels.DRIVER_VERSION_PARTS)
+    try:
+        driver = drivers.parse_driver(text)
+    except ValueError:
+        yield Finding("driver-version-unreadable", f"node {node.name} reports NVIDIA driver {text!r} ({source}), "
+                      "which is not a version such as 550.54.15: the driver gates were not checked",
+                      "check GPU Feature Discovery on the node", "warning", **at)
+        return
+    stated = resolved.spec.gpu.driver_version
+    if stated is not None and drivers.parse_driver(stated) != driver[: len(drivers.parse_driver(stated))]:
+        yield Finding("driver-version-mismatch", f"node {node.name} runs NVIDIA driver {text} ({source}), class "
+                      f"{resolved.name} states {stated}: the spec's driver checks were made for {stated}",
+                      f"set gpu.driverVersion: \"{text}\" in class {resolved.name} (or the branch "
+                      f"\"{driver[0]}\"), or bring the node to {stated}", "warning", **at)
+    for gate in resolved.driver_gates:
+        if gate.satisfied_by(driver) is False:
+            yield Finding("driver-too-old", f"node {node.name} runs NVIDIA driver {text} ({source}): {gate.what} "
+                          f"needs {gate.release} or newer",
+                          f"upgrade the node's driver to {gate.release} or newer, or {gate.otherwise} in class "
+                          f"{resolved.name}", **at)
 
 
 def _memory(resolved: ResolvedClass, node: Node, at: Mapping[str, str]) -> Iterator[Finding]:

@@ -17,9 +17,10 @@ MANAGED_BY = "gpupolicy"
 PART_OF = "gpupolicy"
 Obj = dict[str, Any]
 
-# Argo CD applies lower waves first and waits for them to be healthy (ecosystem.md §1.5): config before
-# the workloads that mount it, then the webhook's Deployment, and its registration only after its pods.
+# Argo CD applies lower waves first and waits for them to be healthy (ecosystem.md §1.5): namespaces first, config
+# before the workloads that mount it, then the webhook's Deployment, and its registration only after its pods.
 SYNC_WAVE = "argocd.argoproj.io/sync-wave"
+SYNC_WAVE_NAMESPACE = "-2"
 SYNC_WAVE_CONFIG = "-1"
 SYNC_WAVE_WORKLOAD = "0"
 SYNC_WAVE_WEBHOOK = "1"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler import serialize
-from compiler.targets import gpu_operator
+from compiler.targets import gpu_operator, namespaces, node_labels
 from compiler.targets import hami as hami_target
 from compiler.targets.monitoring import collectors
 from compiler.targets.monitoring import rules as monitoring_rules
@@ -273,7 +273,7 @@ def _class_report(resolved: ResolvedClass, names: HamiResourceNames) -> ClassRep
         sizing=resolved.sizing.explain() if resolved.sizing else None,
         node_selector=dict(sorted(node_class.node_selector.items())),
         node_labels=resolved.required_labels,
-        labels_set_by={key: _label_setter(resolved, key) for key in resolved.required_labels},
+        labels_set_by={key: label_setter(resolved, key) for key in resolved.required_labels},
         details=_vgpu_details(resolved, names) if resolved.vgpu is not None else (),
     )
 
@@ -303,7 +303,7 @@ LABEL_SETTERS = {
 }
 
 
-def _label_setter(resolved: ResolvedClass, key: str) -> str:
+def label_setter(resolved: ResolvedClass, key: str) -> str:
     if key in resolved.reconciled_labels:
         return LABEL_SETTERS["reconciler"]
     return LABEL_SETTERS["gfd"] if key == labels.MPS_CAPABLE else LABEL_SETTERS["operator"]
@@ -344,11 +344,6 @@ def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
             "A config change renames that class's ConfigMap and so rolls exactly that class's DaemonSet; "
             "no manual rollout restart is needed."
         )
-        if plugin.namespace != "kube-system":
-            notes.append(
-                f"The tree creates no Namespace: {plugin.namespace} must exist and admit privileged pods "
-                f"(pod-security.kubernetes.io/enforce: privileged), since the plugin mounts host paths."
-            )
         if any(rc.mig_manager for rc in resolved.classes):
             notes.append(
                 "NVIDIA's MIG manager runs on every MIG-capable class's nodes (mig-manager/) with the mig-parted "
@@ -364,13 +359,37 @@ def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
             )
     elif resolved.plugin_classes:
         notes.extend(_operator_notes(resolved))
+    notes += _namespace_notes(resolved)
     if any(rc.reconciled_labels for rc in resolved.classes):
         notes.append(
             "gpupolicy's label reconciler (node-labels/) sets the labels under Node labels on every node of a "
             "class, including nodes that join later, and on no other key; it never overwrites a value that "
             "someone else set (an event and the gpupolicy_node_label_conflicts metric say so instead)."
         )
+        notes.append(_reconciler_guard_note(resolved))
     return tuple(notes)
+
+
+def _reconciler_guard_note(resolved: ResolvedPolicy) -> str:
+    if resolved.spec.kubernetes_minor >= node_labels.VAP_MINOR:
+        return ("Its RBAC (patch nodes) cannot name label keys, so a ValidatingAdmissionPolicy (node-labels/) holds "
+                "its ServiceAccount to the keys it owns, set to values of its plan, and to nothing else of a Node.")
+    return (f"Its RBAC (patch nodes) would let it patch any label of any node: RBAC cannot name label keys, and the "
+            f"ValidatingAdmissionPolicy that narrows it to its own keys needs Kubernetes 1.{node_labels.VAP_MINOR} "
+            f"(spec.kubernetesVersion is {resolved.spec.kubernetes_version}).")
+
+
+def _namespace_notes(resolved: ResolvedPolicy) -> list[str]:
+    wanted = namespaces.needed(resolved)
+    if not wanted:
+        return []
+    levels = ", ".join(f"{name} ({level})" for name, level in wanted.items())
+    if resolved.spec.create_namespaces:
+        return [f"namespaces/ creates {levels} before anything else (sync wave -2), each labelled with the Pod "
+                "Security level its pods need (privileged where node agents mount host paths); Argo CD and Flux "
+                "never prune or delete them, since that would delete everything in them."]
+    return [f"spec.createNamespaces is false: these namespaces must exist before the tree is applied, labelled "
+            f"pod-security.kubernetes.io/enforce with the level in brackets: {levels}."]
 
 
 def _operator_notes(resolved: ResolvedPolicy) -> list[str]:
@@ -431,15 +450,10 @@ def _hami_notes(resolved: ResolvedPolicy) -> list[str]:
     notes = [
         f"vgpu classes run HAMi {settings.version}: the tree's hami/ holds one HAMi device-plugin DaemonSet per "
         f"vgpu class, and {hami_target.VALUES_PATH} the values for HAMi's chart, which installs its scheduler and "
-        f"webhook with its own device plugin off: helm upgrade --install {settings.release_name} hami-charts/hami "
-        f"--version {settings.chart_version} --namespace {settings.namespace} -f {hami_target.VALUES_PATH} (repository "
+        f"webhook with its own device plugin off: {hami_target.install_command(settings)} (repository "
         f"{hami.CHART_REPOSITORY}). Apply the tree after the chart, so no node runs HAMi's chart plugin and a "
         "class's plugin at once.",
     ]
-    if settings.namespace != "kube-system":
-        notes.append(f"The tree creates no Namespace: {settings.namespace} must exist and admit privileged pods "
-                     "(pod-security.kubernetes.io/enforce: privileged), since HAMi's device plugin runs privileged "
-                     "and mounts host paths.")
     if scope.scoped:
         notes.append(
             f"HAMi's count resource {settings.resource_names.count} is also what the NVIDIA-plugin classes offer, so "

@@ -18,6 +18,7 @@ from compiler.targets import (
     mig_manager,
     mig_parted,
     monitoring,
+    namespaces,
     node_labels,
 )
 from policy.resolve import ResolvedPolicy
@@ -139,6 +140,8 @@ def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
         out["admission"] = {_stem(obj): obj for obj in admission_webhook.render_admission(resolved)}
     if resolved.spec.monitoring.enabled:
         out[monitoring.COMPONENT] = {_stem(obj): obj for obj in monitoring.render_monitoring(resolved)}
+    if created := namespaces.render_namespaces(resolved):
+        out["namespaces"] = created
     return dict(sorted(out.items()))
 
 

@@ -613,17 +613,17 @@ def check_monitoring(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
 
 
 def check_driver(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
-    """A class's stated driver against what its MIG layouts need (MIG user guide; policy/drivers.py)."""
+    """A class's stated driver against what its MIG layouts and MPS need (policy/drivers.py)."""
     for i, rc in enumerate(resolved.classes):
-        stated, mig_spec = rc.spec.gpu.driver_version, rc.spec.sharing.mig
-        if stated is None or mig_spec is None:
+        stated = rc.spec.gpu.driver_version
+        if stated is None:
             continue
-        driver = drivers.parse_driver(stated)
-        for gate in drivers.mig_gates(rc.product, [layout for _, layout in mig_spec.layouts(rc.gpu_count)]):
+        driver = drivers.parse_driver(stated)  # the model's pattern admits only digits and dots
+        for gate in rc.driver_gates:
             if gate.satisfied_by(driver) is False:
-                yield Diagnostic("driver-too-old", f"{gate.what} needs NVIDIA driver {gate.needs} or newer; class "
+                yield Diagnostic("driver-too-old", f"{gate.what} needs NVIDIA driver {gate.release} or newer; class "
                                  f"{rc.name!r} states {stated}", _class_path(i, "gpu", "driverVersion"),
-                                 f"upgrade the nodes' driver to {gate.needs} or newer, or choose other profiles")
+                                 f"upgrade the nodes' driver to {gate.release} or newer, or {gate.otherwise}")
 
 
 CHECKS: tuple[Check, ...] = (

@@ -80,6 +80,7 @@ Code = Literal[
     "vgpu-split-count-one",
     "vgpu-memory-overcommit",
     "gpu-model-typo",
+    "driver-too-old",
 ]
 
 

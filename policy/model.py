@@ -760,6 +760,11 @@ class Spec(Model):
     """The HAMi install vgpu classes run on (read only when a class uses vgpu)."""
     monitoring: Monitoring = Monitoring()
     """Prometheus rules and a Grafana dashboard that watch the cluster against this policy."""
+    create_namespaces: StrictBool = True
+    """Write a Namespace for every namespace the tree's objects live in but Kubernetes' own and the GPU Operator's
+    (the device plugin's, the webhook's, HAMi's), with the Pod Security level its pods need, never pruned. false where
+    namespaces are managed elsewhere: each must then exist with that level before the tree is applied (REPORT.md
+    lists them)."""
 
     @property
     def kubernetes_minor(self) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from policy import catalog, hami, labels, operator, releases, sizing
+from policy import catalog, drivers, hami, labels, operator, releases, sizing
 from policy.model import ClusterGPUPolicy, DevicePlugin, NodeClass, SharingMode, Spec, Taint, Tenant
 from policy.releases import GPU, MIG_PREFIX, Advertised
 
@@ -156,6 +156,9 @@ class ResolvedClass:
     why it exits at start instead; the offers are built from it (empty for classes without MIG)."""
     whole_gpus: tuple[int, ...] = ()
     """GPU indices of a MIG class that no group partitions: mig-parted turns MIG off on them."""
+    driver_gates: tuple[drivers.Gate, ...] = ()
+    """What the class's nodes need from the NVIDIA driver: its MIG layouts, the MPS control daemon's memory limit
+    (policy/drivers.py); the checks hold gpu.driverVersion against them, `cluster verify` the nodes' drivers."""
 
     @property
     def name(self) -> str:
@@ -315,7 +318,14 @@ def _resolve_class(spec: Spec, node_class: NodeClass, has_mig: bool, default_con
         advertised=advertised,
         whole_gpus=whole,
         vgpu=vgpu,
+        driver_gates=_driver_gates(node_class, product, mps_daemon),
     )
+
+
+def _driver_gates(node_class: NodeClass, product: str, mps_daemon: bool) -> tuple[drivers.Gate, ...]:
+    mig = node_class.sharing.mig
+    layouts = [layout for _, layout in mig.layouts(node_class.gpu.count)] if mig is not None else []
+    return drivers.class_gates(product, layouts, mps_memory_limit=mps_daemon)
 
 
 def _vgpu(spec: Spec, node_class: NodeClass, product: str, memory: int | None,

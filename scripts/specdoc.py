@@ -178,6 +178,9 @@ CODE_HELP: dict[str, tuple[str, str]] = {
                                           "its accounting only."),
     "gpu-model-typo": (_SEMANTIC, "A GPU model the catalog lacks, one typo from one it has (NVIDIA-L2O): "
                                   "gpu.memory is used and MIG is unavailable."),
+    "driver-too-old": (_SEMANTIC, "gpu.driverVersion is older than what the class needs: MIG on its GPU, a MIG "
+                                  "profile or combination that came later (A100-40GB 1g.10gb needs R525), or the MPS "
+                                  "control daemon's per-client memory limit (R495)."),
 }
 
 #: Admission rule ids (the `code` of admission diagnostics); troubleshooting is in docs/operations.md.

@@ -39,6 +39,18 @@ def leaves(obj: Mapping[str, Any], prefix: Path = ()) -> Iterator[tuple[Path, An
             yield path, value
 
 
+def _paths(fields: Mapping[str, Any], prefix: Path = ()) -> Iterator[Path]:
+    """The owned paths of a fieldsV1 set: ``f:<name>`` keys down to an empty set (a leaf)."""
+    for key, value in fields.items():
+        if not key.startswith("f:"):
+            continue  # "." (the node itself), k:/v: list keys: not in the objects these tests manage
+        path = (*prefix, key[2:])
+        if isinstance(value, Mapping) and value:
+            yield from _paths(value, path)
+        else:
+            yield path
+
+
 def get(obj: Mapping[str, Any], path: Path) -> Any:
     node: Any = obj
     for part in path:
@@ -86,10 +98,24 @@ class Conflict:
 
 @dataclass
 class ManagedObject:
-    """A live object and its managedFields: manager -> (operation, owned paths)."""
+    """A live object and its managedFields: manager -> (operation, owned paths), and when each manager last changed
+    a field it owns (the entry's ``time``, set to ``clock`` by every change here)."""
 
     obj: Obj
     managers: dict[str, tuple[str, set[Path]]] = field(default_factory=dict)
+    times: dict[str, str] = field(default_factory=dict)
+    clock: str = ""
+
+    @classmethod
+    def recorded(cls, obj: Obj, *, clock: str = "") -> ManagedObject:
+        """An object as recorded with its managedFields (fieldsV1), whose managers keep their owned fields and times."""
+        managers: dict[str, tuple[str, set[Path]]] = {}
+        times: dict[str, str] = {}
+        for entry in obj.get("metadata", {}).get("managedFields") or ():
+            managers[entry["manager"]] = (entry.get("operation", "Update"), set(_paths(entry.get("fieldsV1") or {})))
+            if entry.get("time"):
+                times[entry["manager"]] = entry["time"]
+        return cls(copy.deepcopy(obj), managers, times, clock)
 
     def owners(self, path: Path) -> list[tuple[str, str]]:
         return sorted((m, op) for m, (op, paths) in self.managers.items() if path in paths)
@@ -104,6 +130,7 @@ class ManagedObject:
             self.managers[other] = (op, paths - changed)
         op, mine = self.managers.get(manager, ("Update", set()))
         self.managers[manager] = ("Update", (mine | changed) & set(after))
+        self._touch(manager, changed)
         self.obj = copy.deepcopy(new)
 
     def apply(self, applied: Obj, manager: str, *, force: bool = False) -> list[Conflict]:
@@ -123,11 +150,17 @@ class ManagedObject:
         for path in before - set(sent):
             if not any(path in paths for m, (_, paths) in self.managers.items() if m != manager):
                 _delete(self.obj, path)
+        changed = {p for p, v in sent.items() if get(self.obj, p) != v} | (before - set(sent))
         for path, value in sent.items():
             _set(self.obj, path, value)
         self.managers[manager] = ("Apply", set(sent))
         self.managers = {m: v for m, v in self.managers.items() if v[1]}
+        self._touch(manager, changed)
         return conflicts
+
+    def _touch(self, manager: str, changed: set[Path]) -> None:
+        if changed and self.clock:
+            self.times[manager] = self.clock
 
     def managed_fields(self) -> list[Obj]:
         """metadata.managedFields as the API server returns them (fieldsV1)."""
@@ -138,8 +171,11 @@ class ManagedObject:
                 node = fields
                 for part in path:
                     node = node.setdefault(f"f:{part}", {})
-            out.append({"manager": manager, "operation": operation, "apiVersion": self.obj.get("apiVersion", "v1"),
-                        "fieldsType": "FieldsV1", "fieldsV1": fields})
+            entry = {"manager": manager, "operation": operation, "apiVersion": self.obj.get("apiVersion", "v1"),
+                     "fieldsType": "FieldsV1", "fieldsV1": fields}
+            if manager in self.times:
+                entry["time"] = self.times[manager]
+            out.append(entry)
         return out
 
     def live(self) -> Obj:

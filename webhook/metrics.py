@@ -9,11 +9,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client import values as prometheus_values
+from prometheus_client.metrics_core import Metric
 
 from webhook import review, store
 
@@ -118,8 +120,33 @@ class Metrics:
         """The text exposition and its content type, merged across workers in multiprocess mode."""
         if self.multiprocess_dir is None:
             return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        merged = CollectorRegistry()
+        merged.register(WorkerFiles(self.multiprocess_dir))
+        return generate_latest(merged), CONTENT_TYPE_LATEST
+
+
+class WorkerFiles:
+    """prometheus_client's MultiProcessCollector, over the worker files whose header is written.
+
+    A worker creates its file for a metric type on first use (a new worker after a crash or a restart): prometheus
+    client opens it, which creates it empty, and only then sizes it and writes its header
+    (prometheus_client/mmap_dict.py MmapedDict.__init__, 0.26.0). MultiProcessCollector reads every *.db file it
+    finds, and a scrape that lands in that moment failed with struct.error ("unpack_from requires a buffer of at
+    least 4 bytes") and a 500. An empty file holds no sample yet, so leaving it out loses nothing.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def collect(self) -> Iterable[Metric]:
         from prometheus_client import multiprocess
 
-        merged = CollectorRegistry()
-        multiprocess.MultiProcessCollector(merged, path=str(self.multiprocess_dir))
-        return generate_latest(merged), CONTENT_TYPE_LATEST
+        files = sorted(str(path) for path in self.directory.glob("*.db") if _written(path))
+        return multiprocess.MultiProcessCollector.merge(files, accumulate=True)
+
+
+def _written(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except FileNotFoundError:  # a dead worker's live gauges, removed by mark_process_dead meanwhile
+        return False

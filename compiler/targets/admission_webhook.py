@@ -2,8 +2,9 @@
 
 `render_admission(policy)` returns finished Kubernetes objects as dicts, sorted by (kind, name), with stable
 names and no timestamps; the tree writes each to its own file under ``admission/``. Nothing cluster-scoped
-is emitted but the ValidatingWebhookConfiguration, and no Namespace: the platform owns the webhook's
-namespace (its PodSecurity labels, quotas and network defaults).
+is emitted but the ValidatingWebhookConfiguration, and no Namespace: the tree's ``namespaces/``
+(compiler.targets.namespaces) writes the webhook's, restricted, unless spec.createNamespaces leaves it to the
+platform.
 
 Fail-safe scope (design.md §5, reference webhook.md §0 and §4.3-4.4). With ``failurePolicy: Fail`` a webhook
 outage blocks exactly what the configuration routes to the webhook, so the routing is narrow:

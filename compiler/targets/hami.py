@@ -26,6 +26,7 @@ import json
 
 from compiler import objects, serialize
 from compiler.objects import Obj
+from compiler.targets import namespaces
 from policy import hami
 from policy.hami_scope import hami_scope
 from policy.model import ClusterGPUPolicy, Hami
@@ -313,9 +314,16 @@ def values_header(settings: Hami) -> str:
         f"# Values for HAMi's Helm chart {settings.chart_version} (repository {hami.CHART_REPOSITORY}): the\n"
         "# scheduler, its extender and its webhook. HAMi's own device plugin is off; the hami/ DaemonSets of this\n"
         "# tree run it per node class. Install or upgrade (with your own values, if any, in an earlier -f):\n"
-        f"#   helm upgrade --install {settings.release_name} hami-charts/hami --version {settings.chart_version} "
-        f"--namespace {settings.namespace} -f hami-values.yaml\n"
+        f"#   {install_command(settings)}\n"
     )
+
+
+def install_command(settings: Hami) -> str:
+    """The helm command that installs or upgrades HAMi's release with the tree's values; it creates the release's
+    namespace when the cluster does not have it from the start (the tree's Namespace then adds its labels)."""
+    create = "" if settings.namespace in namespaces.BUILT_IN else " --create-namespace"
+    return (f"helm upgrade --install {settings.release_name} hami-charts/hami --version {settings.chart_version} "
+            f"--namespace {settings.namespace}{create} -f {VALUES_PATH}")
 
 
 def render_values_text(resolved: ResolvedPolicy) -> bytes:

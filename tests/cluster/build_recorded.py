@@ -316,12 +316,38 @@ OPERATOR_BASE = {
 }
 
 
-def fleet_node(name: str, pool: str, instance_type: str, labels: dict[str, str], gpus: dict[str, int]) -> Obj:
+def fleet_node(name: str, pool: str, instance_type: str, labels: dict[str, str], gpus: dict[str, int],
+               *, state_since: str | None = None, reconciled: tuple[str, ...] = ()) -> Obj:
     base = {"kubernetes.io/arch": "amd64", "kubernetes.io/os": "linux", "kubernetes.io/hostname": name,
             "node.kubernetes.io/instance-type": instance_type, "topology.kubernetes.io/zone": "cn-beijing-a"}
     if pool:
         base["gpu-pool"] = pool
-    return node(name, {**base, **labels}, gpus, kubelet="v1.31.4", cpu="192", memory="2113470584Ki")
+    made = node(name, {**base, **labels}, gpus, kubelet="v1.31.4", cpu="192", memory="2113470584Ki")
+    made["metadata"]["managedFields"] = managed_fields(made["metadata"]["labels"], state_since, reconciled)
+    return made
+
+
+def managed_fields(labels: dict[str, str], state_since: str | None, reconciled: tuple[str, ...]) -> list[Obj]:
+    """metadata.managedFields as the API server records them (constructed: see README.md): the kubelet owns the
+    labels it registered the node with, NFD's master those GPU Feature Discovery publishes, the MIG manager
+    nvidia.com/mig.config.state (changed at ``state_since``) and gpupolicy's reconciler, through server-side apply,
+    the ``reconciled`` keys. Managers of Update operations are named after the writer's user agent."""
+    state = "nvidia.com/mig.config.state"
+    owners: dict[tuple[str, str, str], set[str]] = {}
+    for key in labels:
+        if key in reconciled:
+            owners.setdefault(("gpupolicy-node-labels", "Apply", ago(minutes=50)), set()).add(key)
+            if key != "nvidia.com/mig.config":
+                continue  # GFD publishes mps.capable too: both write the same value, and both own it
+        if key == state:
+            owners.setdefault(("nvidia-mig-manager", "Update", state_since or ago(days=2)), set()).add(key)
+        elif key.startswith(("nvidia.com/", "feature.node.kubernetes.io/")) and key != "nvidia.com/mig.config":
+            owners.setdefault(("nfd-master", "Update", ago(minutes=1)), set()).add(key)
+        elif key != "nvidia.com/mig.config":
+            owners.setdefault(("kubelet", "Update", ago(days=200)), set()).add(key)
+    return [{"apiVersion": "v1", "fieldsType": "FieldsV1", "manager": manager, "operation": operation, "time": time,
+             "fieldsV1": {"f:metadata": {"f:labels": {f"f:{key}": {} for key in sorted(keys)}}}}
+            for (manager, operation, time), keys in sorted(owners.items())]
 
 
 def h20_labels(*, applied: bool) -> dict[str, str]:
@@ -376,12 +402,19 @@ FLEET_MESSAGE = "0/7 nodes are available: 7 Insufficient nvidia.com/mig-1g.10gb.
 
 
 def fleet() -> dict[str, Obj]:
+    mig, mps = "nvidia.com/mig.config", "nvidia.com/mps.capable"
     nodes = [
         fleet_node("h20-node-1", "h20", "G5500V7", h20_labels(applied=True), {"nvidia.com/mig-1g.12gb": 112,
-                                                                             "nvidia.com/gpu": 0}),
-        fleet_node("h20-node-2", "h20", "G5500V7", h20_labels(applied=False), {"nvidia.com/gpu": 8}),
-        fleet_node("a100-mps-1", "a100-mps", "p4d.24xlarge", a100_labels(mps=True), {"nvidia.com/gpu": 16}),
-        fleet_node("a100-mps-2", "a100-mps", "p4d.24xlarge", a100_labels(mps=False), {"nvidia.com/gpu": 4}),
+                                                                             "nvidia.com/gpu": 0},
+                   reconciled=(mig,)),
+        # pending for 47 minutes: longer than the MIG manager ever waits for GPU clients to leave
+        fleet_node("h20-node-2", "h20", "G5500V7", h20_labels(applied=False), {"nvidia.com/gpu": 8},
+                   state_since=ago(minutes=47), reconciled=(mig,)),
+        fleet_node("a100-mps-1", "a100-mps", "p4d.24xlarge", a100_labels(mps=True), {"nvidia.com/gpu": 16},
+                   reconciled=(mig, mps)),
+        # GFD published mps.capable=false first, so the reconciler left it (a conflict verify names)
+        fleet_node("a100-mps-2", "a100-mps", "p4d.24xlarge", a100_labels(mps=False), {"nvidia.com/gpu": 4},
+                   reconciled=(mig,)),
         fleet_node("a100-spare", "a100-mps", "p4de.24xlarge", a100_labels(mps=True), {"nvidia.com/gpu": 16}),
         fleet_node("t4-legacy", "", "g4dn.xlarge", t4_orphan_labels(), {"nvidia.com/gpu": 8}),
         fleet_node("cpu-1", "", "m6i.4xlarge", {}, {}),

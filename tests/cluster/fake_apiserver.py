@@ -1,7 +1,8 @@
 """A fake Kubernetes API server for tests: stdlib http.server on 127.0.0.1 serving recorded List JSON.
 
 Read-only for everything but nodes and events: nodes can be watched and server-side applied (ownership and
-conflicts computed by tests/server_side_apply.py, a stand-in for the API server's field manager), events created.
+conflicts computed by tests/server_side_apply.py, a stand-in for the API server's field manager, starting from the
+managedFields a recording carries), events created.
 It is a fake at the kubernetes-client boundary, not an API server: no admission, no validation beyond that."""
 
 from __future__ import annotations
@@ -75,7 +76,13 @@ class FakeApiServer:
 
     def __post_init__(self) -> None:
         for node in self.objects.get("nodes", []):
-            self.managed[node["metadata"]["name"]] = ManagedObject(json.loads(json.dumps(node)))
+            self.managed[node["metadata"]["name"]] = ManagedObject.recorded(json.loads(json.dumps(node)),
+                                                                            clock=self.clock)
+
+    @property
+    def clock(self) -> str:
+        """The server's moment as managedFields write it: every change here happens at the recorded moment."""
+        return self.date.strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def node(self, name: str) -> Obj:
         with self.lock:
@@ -101,7 +108,7 @@ class FakeApiServer:
     def add_node(self, node: Obj, manager: str = "kubelet") -> None:
         with self.lock:
             name = node["metadata"]["name"]
-            managed = ManagedObject({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+            managed = ManagedObject({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}, clock=self.clock)
             managed.update(json.loads(json.dumps(node)), manager)
             self.managed[node["metadata"]["name"]] = managed
             self._record("ADDED", node["metadata"]["name"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from itertools import combinations
 from pathlib import Path
@@ -206,3 +207,25 @@ def test_drafted_selectors_never_overlap_select_only_their_own_nodes_and_the_dra
         # A selector may only fall back to a label the nodes lack (gpupolicy.dev/node-class): then it selects none.
         assert not strays or "gpupolicy.dev/node-class" in spec["nodeSelector"], (spec, strays)
     assert load_policy(discover.render_draft(draft), filename="draft.yaml").ok
+
+
+def test_every_todo_of_a_draft_says_what_to_do_and_names_no_ticket():
+    # Two GPU nodes no selectable label tells apart (nvidia.com/* and hostnames are never selector keys), two
+    # H20 nodes of which one is mid-change, and a MIG single node whose GPU count is an estimate.
+    gpu = {facts.COUNT: "1", facts.MEMORY: "23034"}
+    nodes = [Node("a", {"kubernetes.io/hostname": "a", facts.PRODUCT: "NVIDIA-L4", **gpu}, {}, {}),
+             Node("b", {"kubernetes.io/hostname": "b", facts.PRODUCT: "Tesla-T4", **gpu}, {}, {})]
+    recorded = load_scenario("fleet")["nodes"]
+    snapshot = Snapshot("ctx", "", datetime(2025, 1, 1, tzinfo=UTC),
+                        (*nodes, *(node_from(n) for n in recorded if n["metadata"]["name"].startswith("h20"))))
+    text = discover.render_draft(discover.discover(snapshot, name="x"))
+    todos = [line.strip("# ") for line in text.splitlines() if "TODO" in line]
+    assert not [t for t in todos if re.search(r"#\d|TODO\(|issue", t)]
+    assert text.count("TODO: no label tells these nodes apart; add this label to the node pool's labels (or replace "
+                      "it with a label the pool already gives only these nodes), so nodes that join later carry it "
+                      "too") >= 2
+    assert ("TODO: h20-node-2 shows whole GPUs (mig.config.state pending), unlike h20-node-1, which the class follows:"
+            in text)
+    assert "give it a class of its own if it must keep what it runs." in text
+    assert "then save this draft and run `gpupolicy validate` and `gpupolicy compile` on it." in " ".join(
+        line.strip("# ") for line in text.splitlines()[:8])

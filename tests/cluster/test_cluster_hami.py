@@ -237,5 +237,7 @@ def test_under_the_operator_a_vgpu_node_with_the_operators_plugin_label_on_is_re
     labelled = platform_node("p1")
     labelled["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] = "true"
     result = verify(snapshot([labelled], config=scheduler_config()), policy, wanted)
-    (finding,) = [f for f in result.findings if f.code == "node-label-missing"]
-    assert "nvidia.com/gpu.deploy.device-plugin=true, class platform-vgpu needs false" in finding.message
+    (finding,) = [f for f in result.findings if f.code == "node-label-conflict"]
+    assert finding.message.startswith("nvidia.com/gpu.deploy.device-plugin is 'true' on node p1, set by a writer "
+                                      "verify cannot name")
+    assert "class platform-vgpu's label plan wants 'false'" in finding.message

@@ -125,5 +125,8 @@ def test_under_the_gpu_operator_its_plugin_is_not_unmanaged_and_nodes_need_the_m
     configmaps = sorted(c.name.rsplit("-", 1)[0] for c in wanted.configmaps)
     assert configmaps == ["gpupolicy-device-plugin-configs", "gpupolicy-mig-parted-config"]
     assert [(f.code, f.subject) for f in result.findings if f.code != "configmap-missing"] == [
-        ("node-label-missing", "node/h20-3")]
-    assert result.findings[0].message == "node h20-3 has nvidia.com/mig.config=all-disabled, class h20 needs h20"
+        ("node-label-conflict", "node/h20-3")]
+    assert result.findings[0].message.startswith(
+        "nvidia.com/mig.config is 'all-disabled' on node h20-3, set by a writer verify cannot name (the objects carry "
+        "no managedFields")
+    assert "class h20's label plan wants 'h20'" in result.findings[0].message

@@ -179,7 +179,7 @@ def test_the_fleet_recording_shows_every_kind_of_node_and_daemonset_drift(cluste
         ("unexpected-gpu-resource", "h20", "node/h20-node-2"),
         ("mig-config-not-applied", "h20", "node/h20-node-2"),
         ("allocatable-mismatch", "a100-mps", "node/a100-mps-2"),
-        ("node-label-missing", "a100-mps", "node/a100-mps-2"),
+        ("node-label-conflict", "a100-mps", "node/a100-mps-2"),
         ("gfd-label-mismatch", "a100-mps", "node/a100-mps-2"),
         ("gfd-label-mismatch", "a100-mps", "node/a100-mps-2"),
         ("gfd-label-mismatch", "a100-mps", "node/a100-mps-2"),
@@ -203,7 +203,12 @@ def test_fleet_messages_name_the_mig_state_the_overlap_and_the_nearest_mig_profi
     assert by_code["node-in-several-classes"]["message"].startswith(
         "node a100-spare is selected by classes a100-mps and a100-train")
     assert by_code["mig-config-not-applied"]["message"] == (
-        "nvidia.com/mig.config.state is pending on node h20-node-2: mig-manager is still applying the layout")
+        "nvidia.com/mig.config.state is pending on node h20-node-2 for 47m: the MIG manager is stuck applying h20 "
+        "(it waits at most 5 minutes for each group of GPU clients to leave)")
+    assert by_code["node-label-conflict"]["message"] == (
+        "nvidia.com/mps.capable is 'false' on node a100-mps-2, set by nfd-master; class a100-mps's label plan wants "
+        "'true'. gpupolicy's label reconciler never overwrites a value another writer set (its LabelConflict event "
+        "and gpupolicy_node_label_conflicts report it too)")
     assert by_code["unexpected-gpu-resource"]["message"].startswith(
         "node h20-node-2 advertises nvidia.com/gpu: 8, which class h20 does not offer")
     assert by_code["unclassified-gpu-node"]["message"] == (

@@ -320,6 +320,28 @@ def test_the_policy_generation_and_reload_failures_start_at_one_and_zero(app: Fl
             found[("gpupolicy_policy_reload_failures_total", ())]) == (1, 0)
 
 
+def test_a_scrape_while_a_worker_creates_its_metrics_file_merges_the_written_files_and_skips_the_new_one(
+    tmp_path: Path,
+) -> None:
+    import struct
+
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.mmap_dict import MmapedDict, mmap_key
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    from webhook.metrics import WorkerFiles
+
+    written = MmapedDict(str(tmp_path / "counter_101.db"))
+    written.write_value(mmap_key("gpupolicy_demo", "gpupolicy_demo_total", [], [], "demo"), 3.0, 0.0)
+    written.close()
+    (tmp_path / "counter_102.db").touch()  # a new worker's file, opened but not yet sized (MmapedDict.__init__)
+    with pytest.raises(struct.error):  # what prometheus_client's own collector does with it
+        MultiProcessCollector.merge([str(p) for p in sorted(tmp_path.glob("*.db"))])
+    registry = CollectorRegistry()
+    registry.register(WorkerFiles(tmp_path))
+    assert "gpupolicy_demo_total 3.0" in generate_latest(registry).decode()
+
+
 def test_two_apps_in_one_process_share_no_metrics_and_never_use_the_global_registry(
     app: Flask, client: FlaskClient, policy_file: Path, engine: ScriptedEngine
 ) -> None:
