@@ -600,16 +600,18 @@ def check_monitoring(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
     if spec.device_plugin.deploy != "gpu-operator" or release is None or not (spec.monitoring.enabled and dcgm.enabled):
         return
     if not release.crd_relabels_dcgm_exporter:
+        needs = operator.first_with(operator.DCGM_RELABELINGS).version
         yield Diagnostic("version-unsupported-feature", f"the monitoring rules join dcgm-exporter's series on the "
                          f"node they come from, a ServiceMonitor relabeling GPU Operator {release.version} cannot set "
-                         "(dcgmExporter.serviceMonitor.relabelings needs v23.9.0)",
+                         f"(dcgmExporter.serviceMonitor.relabelings needs {needs})",
                          ("spec", "monitoring", "dcgmExporter"),
-                         "upgrade the operator to v23.9.0 or newer, or set monitoring.dcgmExporter.enabled: false")
+                         f"upgrade the operator to {needs} or newer, or set monitoring.dcgmExporter.enabled: false")
     if dcgm.per_pod_metrics and not release.crd_has_dcgm_exporter_host_pid:
+        needs = operator.first_with(operator.DCGM_HOST_PID).version
         yield Diagnostic("version-unsupported-feature", f"per-pod DCGM metrics need dcgm-exporter in the host's PID "
                          f"namespace, which GPU Operator {release.version} cannot set (dcgmExporter.hostPID needs "
-                         "v25.10.0)", ("spec", "monitoring", "dcgmExporter", "perPodMetrics"),
-                         "upgrade the operator to v25.10.0 or newer, or set perPodMetrics: false")
+                         f"{needs})", ("spec", "monitoring", "dcgmExporter", "perPodMetrics"),
+                         f"upgrade the operator to {needs} or newer, or set perPodMetrics: false")
 
 
 def check_driver(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:

@@ -179,7 +179,8 @@ class OperatorSettings(Model):
 
     version: OperatorVersion | None = None
     """The GPU Operator release the cluster runs. Default: the newest release whose chart ships devicePlugin.version.
-    Its ClusterPolicy CRD (vendored under schemas/gpu-operator/) is what the output is checked against."""
+    What its ClusterPolicy CRD says of the fields gpupolicy writes (policy/operator.py) is what they are checked
+    against."""
     installer: Literal["helm", "olm"] = "helm"
     """helm: the operator is a Helm release (helm, an Argo CD Application or a Flux HelmRelease render the chart), which
     owns the ClusterPolicy; the tree carries Helm values for that release and never writes the ClusterPolicy.

@@ -68,7 +68,7 @@ VERSION_GATES: tuple[Gate, ...] = (
          "the formats and webhook behaviour gpupolicy writes and checks for; a newer minor is a warning",
          "hami-unsupported-version",
          "HAMi v2.10.0: the webhook's gpumem-percentage check; JSON node registration since v2.8.0"),
-    Gate("spec.monitoring.dcgmExporter", None, "GPU Operator", "v23.9.0",
+    Gate("spec.monitoring.dcgmExporter", None, "GPU Operator", "v23.6.0",
          "deploy: gpu-operator with monitoring: the node label of dcgm-exporter's series, a ServiceMonitor relabeling",
          "version-unsupported-feature", "gpu-operator ClusterPolicy CRD: dcgmExporter.serviceMonitor.relabelings"),
     Gate("spec.monitoring.dcgmExporter.perPodMetrics", "true", "GPU Operator", "v25.10.0",

@@ -39,8 +39,8 @@ def render_operator_configs(resolved: ResolvedPolicy) -> Obj:
 def cluster_policy_fields(resolved: ResolvedPolicy, configs: str | None, mig_configs: str | None,
                           dcgm_exporter: Mapping[str, object] | None = None) -> Obj:
     """The ClusterPolicy spec fields gpupolicy decides, and nothing else (every value valid in every operator
-    release v23.3 - v26.7: schemas/gpu-operator/; the dcgmExporter fields of monitoring in the releases its
-    checks allow).
+    release v23.3 - v26.7, as policy/operator.py CRD_FIELDS states the CRDs; the dcgmExporter fields of monitoring
+    in the releases its checks allow).
 
     devicePlugin.config.default is always written: a default the operator's installer set that is not a key of
     our ConfigMap would crash-loop every unlabelled node's config-manager ("specified config ... does not

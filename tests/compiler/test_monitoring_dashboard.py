@@ -1,5 +1,6 @@
-"""The compiled Grafana dashboard: valid for Grafana's published JSON Schemas, every query valid PromQL to
-promtool's parser, and every panel showing data on a healthy synthetic cluster of the example."""
+"""The compiled Grafana dashboard: valid for the dashboard JSON model as Grafana documents it
+(schemas/grafana-dashboard.schema.json), every query valid PromQL to promtool's parser, and every panel showing
+data on a healthy synthetic cluster of the example."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from jsonschema import Draft7Validator
+from jsonschema import Draft202012Validator
 from prometheus_cluster import check_queries, fleet, healthy, promtool
 
 from compiler import compile_policy
@@ -21,21 +22,24 @@ from policy.resolve import resolve
 
 Load = Callable[..., ClusterGPUPolicy]
 ROOT = Path(__file__).resolve().parents[2]
-GRAFANA = ROOT / "schemas" / "grafana"
+SCHEMA = ROOT / "schemas" / "grafana-dashboard.schema.json"
 EXAMPLES = ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"]
 CONFIG_MAP = "monitoring/configmap-gpupolicy-dashboard.yaml"
 # Grafana's built-in interval variables, as Grafana substitutes them before a query reaches Prometheus.
 GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "6h"}
+# The schema's definitions of each panel plugin's options and field options (None: the dashboard sets none).
+PLUGIN_DEFINITIONS = {"timeseries": ("TimeseriesOptions", "TimeseriesFieldConfig"), "stat": ("StatOptions", None),
+                      "table": ("TableOptions", None)}
 # Panels that show a fault: empty on a healthy cluster, by design.
 EMPTY_WHEN_HEALTHY = {("GPU nodes outside every class", "A"), ("Firing alerts", "A"),
                       ("Failed and ignored calls", "A")}
 
 
-def _validator(name: str, definition: str | None = None) -> Draft7Validator:
-    schema = json.loads((GRAFANA / f"{name}.jsonschema.json").read_text(encoding="utf-8"))
+def _validator(definition: str | None = None) -> Draft202012Validator:
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
     if definition is not None:
-        schema = {"$ref": f"#/definitions/{definition}", "definitions": schema["definitions"]}
-    return Draft7Validator(schema)
+        schema = {"$ref": f"#/$defs/{definition}", "$defs": schema["$defs"]}
+    return Draft202012Validator(schema)
 
 
 def board(example_policy: Load, name: str) -> dict[str, Any]:
@@ -65,36 +69,54 @@ def queries(model: dict[str, Any]) -> Iterator[tuple[str, str, str]]:
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_the_dashboard_matches_grafanas_dashboard_schema(example_policy: Load, name: str) -> None:
-    errors = [f"{e.json_path}: {e.message}" for e in _validator("dashboard").iter_errors(board(example_policy, name))]
+    errors = [f"{e.json_path}: {e.message}" for e in _validator().iter_errors(board(example_policy, name))]
     assert errors == []
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_every_panel_matches_its_plugins_schema_and_every_target_the_prometheus_query_schema(
         example_policy: Load, name: str) -> None:
-    target_schema = _validator("prometheus", "Dataquery")
+    target_schema = _validator("PrometheusQuery")
     checked = set()
     for panel in panels(board(example_policy, name)):
         kind = panel["type"]
+        options, field_options = PLUGIN_DEFINITIONS[kind]
         errors = [f"options{e.json_path[1:]}: {e.message}"
-                  for e in _validator(kind, "Options").iter_errors(panel["options"])]
+                  for e in _validator(options).iter_errors(panel["options"])]
         custom = panel["fieldConfig"]["defaults"].get("custom")
         if custom is not None:
-            errors += [f"custom: {e.message}" for e in _validator(kind, "FieldConfig").iter_errors(custom)]
+            assert field_options is not None, f"{panel['title']}: field options the schema does not describe"
+            errors += [f"custom: {e.message}" for e in _validator(field_options).iter_errors(custom)]
         errors += [f"target {t['refId']}: {e.message}" for t in panel["targets"] for e in target_schema.iter_errors(t)]
         assert errors == [], panel["title"]
         checked.add(kind)
     assert checked == {"stat", "timeseries", "table"}
 
 
-def test_the_vendored_schemas_reject_what_grafana_would_not_load() -> None:
+def test_the_schema_rejects_what_grafanas_documentation_rules_out() -> None:
     minimal = {"schemaVersion": 41, "templating": {"list": []}, "annotations": {"list": []}}
-    validator = _validator("dashboard")
+    validator = _validator()
     assert list(validator.iter_errors(minimal)) == []
     assert list(validator.iter_errors({**minimal, "panelz": []}))  # unknown property
     assert list(validator.iter_errors({k: v for k, v in minimal.items() if k != "schemaVersion"}))
     row_without_panels = {"type": "row", "id": 1, "collapsed": False}
     assert list(validator.iter_errors({**minimal, "panels": [row_without_panels]}))
+    assert list(validator.iter_errors({**minimal, "uid": "a" * 41}))
+    assert list(validator.iter_errors({**minimal, "templating": {"list": [{"name": "class", "type": "list"}]}}))
+    target = {"refId": "A", "expr": "up", "datasource": {"type": "prometheus", "uid": "${datasource}"}}
+    panel = {"type": "timeseries", "id": 2, "title": "t", "gridPos": {"h": 8, "w": 12, "x": 0, "y": 1},
+             "targets": [target], "fieldConfig": {"defaults": {}, "overrides": []},
+             "options": {"legend": {"displayMode": "list", "placement": "bottom", "showLegend": True, "calcs": []},
+                         "tooltip": {"mode": "multi", "sort": "desc"}}}
+    assert list(validator.iter_errors({**minimal, "panels": [panel]})) == []
+    wrong = [{**panel, "gridPos": {**panel["gridPos"], "w": 25}},  # wider than the grid
+             {**panel, "targets": [{"expr": "up"}]},  # a query without its refId
+             {**panel, "options": {**panel["options"], "tooltip": {"mode": "all", "sort": "desc"}}},
+             {**panel, "fieldConfig": {"defaults": {"custom": {"drawStyle": "area"}}, "overrides": []}},
+             {**panel, "type": "stat"},  # a time series' options are not a stat's
+             {**panel, "heigth": 8}]
+    for bad in wrong:
+        assert list(validator.iter_errors({**minimal, "panels": [bad]})), bad
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -210,7 +232,7 @@ def test_a_large_fleet_gets_one_row_repeated_per_class_and_stays_small(tmp_path:
     assert len(tree[CONFIG_MAP]) < 64 * 1024  # the same for any number of classes
     (text,) = yaml.safe_load(tree[CONFIG_MAP])["data"].values()
     model = json.loads(text)
-    assert list(_validator("dashboard").iter_errors(model)) == []
+    assert list(_validator().iter_errors(model)) == []
     variable = next(v for v in model["templating"]["list"] if v["name"] == "class")
     assert variable["query"] == "label_values(gpupolicy:node_class:info, class)"
     assert variable["multi"] and variable["includeAll"]

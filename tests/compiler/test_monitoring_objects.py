@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import re
 import subprocess
 from collections.abc import Callable
@@ -17,6 +16,7 @@ import jsonschema
 import pytest
 import yaml
 from external_tools import require_tool
+from operator_crd import undeclared
 from prometheus_cluster import check_rules, fleet
 
 from compiler import compile_policy
@@ -28,7 +28,6 @@ from policy.model import ClusterGPUPolicy
 from policy.resolve import resolve
 
 Load = Callable[..., ClusterGPUPolicy]
-ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"]
 PER_POD = ("  monitoring:\n    enabled: true\n",
            "  monitoring:\n    enabled: true\n    dcgmExporter: {perPodMetrics: true}\n")
@@ -178,29 +177,16 @@ def test_the_operator_runs_dcgm_exporter_with_our_counters_and_a_service_monitor
                          ids=lambda r: r.version)
 def test_the_dcgm_exporter_fields_are_valid_in_every_release_that_can_take_them(
         example_policy: Load, release: operator.Release) -> None:
-    index = json.loads((ROOT / "schemas" / "gpu-operator" / "index.json").read_text())
-    crd = json.loads((ROOT / "schemas" / "gpu-operator" / index[release.version]["schema"]).read_text())
     edits = [("      version: v25.3.0\n", f"      version: {release.version}\n")]
     if release.crd_has_dcgm_exporter_host_pid:
         edits.append(PER_POD)
     policy = example_policy("h20-mig", *edits)
     assert resolve(policy).operator_release == release
     dcgm = yaml.safe_load(compile_policy(policy)[gpu_operator.VALUES_FILE])["dcgmExporter"]
-    schema = crd["properties"]["spec"]["properties"]["dcgmExporter"]
-    errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(dcgm)]
-    assert errors == [] and _undeclared(schema, dcgm) == []
+    schema = operator.crd_schema(release)["properties"]["spec"]["properties"]["dcgmExporter"]
+    errors = [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(dcgm)]
+    assert errors == [] and undeclared(schema, dcgm) == []
     assert ("hostPID" in dcgm) == release.crd_has_dcgm_exporter_host_pid
-
-
-def _undeclared(schema: dict[str, Any], obj: Any, prefix: str = "") -> list[str]:
-    """Fields a structural schema does not declare: the API server would prune them without a word."""
-    if isinstance(obj, list) and "items" in schema:
-        return [f for item in obj for f in _undeclared(schema["items"], item, prefix)]
-    if not isinstance(obj, dict) or "properties" not in schema:
-        return []
-    return [f for k, v in obj.items()
-            for f in ([f"{prefix}{k}"] if k not in schema["properties"]
-                      else _undeclared(schema["properties"][k], v, f"{prefix}{k}."))]
 
 
 def test_standalone_trees_leave_dcgm_exporter_alone_and_document_its_values(example_policy: Load) -> None:

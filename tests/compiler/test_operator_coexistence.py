@@ -1,19 +1,19 @@
 """deploy gpu-operator beside the operator's own installer: the apply replayed against the managedFields of a
 Helm-installed and a console-created ClusterPolicy (tests/server_side_apply.py computes ownership and conflicts),
-and every emitted field checked against the vendored ClusterPolicy CRD of every supported operator release."""
+and every emitted field checked against what the ClusterPolicy CRD of every supported operator release says of it
+(policy/operator.py CRD_FIELDS, read from each release's CRD)."""
 
 from __future__ import annotations
 
 import copy
-import json
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 import yaml
+from operator_crd import undeclared, validator
 from server_side_apply import ManagedObject
 
 from compiler import compile_policy
@@ -24,7 +24,6 @@ from policy.model import ClusterGPUPolicy
 Load = Callable[..., ClusterGPUPolicy]
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "gpu-operator"
-SCHEMAS = ROOT / "schemas" / "gpu-operator"
 OLM = ("installer: helm ", "installer: olm ")
 # The operator fields of the device plugin and MIG alone (monitoring's dcgmExporter fields: test_monitoring_objects.py).
 NO_MONITORING = ("  monitoring:\n    enabled: true\n", "")
@@ -116,7 +115,7 @@ def test_olm_the_reports_apply_advice_works_as_written(example_policy: Load) -> 
     assert live.apply(copy.deepcopy(patch), "gpupolicy") == []  # the next sync: no conflict left
 
 
-# ----------------------------------------------------------------------- the vendored CRDs
+# ----------------------------------------------------------------------- the CRD of every release
 
 
 def _leaf_paths(obj: Any, prefix: str = "") -> Iterator[str]:
@@ -133,43 +132,17 @@ def _at(obj: Any, path: str) -> Any:
     return obj
 
 
-def crd_schema(release: operator.Release) -> dict[str, Any]:
-    index = json.loads((SCHEMAS / "index.json").read_text())
-    entry = index[release.version]
-    assert re.fullmatch(r"[0-9a-f]{40}", entry["commit"]) and entry["source"].endswith("NVIDIA/gpu-operator")
-    return json.loads((SCHEMAS / entry["schema"]).read_text())
-
-
-def validator(release: operator.Release | None, *, patch: bool = False) -> jsonschema.Validator:
-    assert release is not None
-    schema = crd_schema(release)
-    if patch:  # server-side apply validates the merged object: a patch alone need not carry required fields
-        schema = json.loads(json.dumps(schema), object_hook=lambda d: {k: v for k, v in d.items() if k != "required"})
-    return jsonschema.Draft7Validator(schema)
-
-
-def unknown_fields(schema: dict[str, Any], obj: Any, prefix: str = "") -> list[str]:
-    """Fields the structural schema does not declare (the API server would prune them silently)."""
-    if not isinstance(obj, dict) or "properties" not in schema:
-        return []
-    found = []
-    for key, value in obj.items():
-        if key not in schema["properties"]:
-            found.append(f"{prefix}{key}")
-        else:
-            found += unknown_fields(schema["properties"][key], value, f"{prefix}{key}.")
-    return found
-
-
 @pytest.mark.parametrize("release", operator.RELEASES, ids=lambda r: r.version)
 def test_every_field_gpupolicy_sets_is_valid_in_every_release(example_policy: Load, release: operator.Release) -> None:
-    # Monitoring's dcgm-exporter fields need v23.9 (check_monitoring refuses older releases), the rest any release.
+    # Monitoring's dcgm-exporter fields need relabelings (check_monitoring refuses older releases), the rest any.
     edits = () if release.crd_relabels_dcgm_exporter else (NO_MONITORING,)
     patch = yaml.safe_load(compile_policy(example_policy("h20-mig", OLM, *edits))["gpu-operator/clusterpolicy.yaml"])
     validator(release, patch=True).validate(patch)
-    assert unknown_fields(crd_schema(release), patch) == []
+    assert undeclared(operator.crd_schema(release), patch) == []
+    # The chart's templates/clusterpolicy.yaml copies each of these values to the same path under spec.
     values = yaml.safe_load(compile_policy(example_policy("h20-mig", *edits))[gpu_operator.VALUES_FILE])
     validator(release, patch=True).validate({"spec": values})
+    assert undeclared(operator.crd_schema(release), {"spec": values}) == []
 
 
 def test_the_patch_alone_cannot_create_a_cluster_policy(example_policy: Load) -> None:
@@ -177,15 +150,8 @@ def test_the_patch_alone_cannot_create_a_cluster_policy(example_policy: Load) ->
     # it from these fields alone and refuse it for every required field it lacks.
     patch = yaml.safe_load(compile_policy(example_policy("h20-mig", OLM, NO_MONITORING))[
         "gpu-operator/clusterpolicy.yaml"])
-    for release in (operator.release("v25.3.0"), operator.release("v26.7.0")):
+    for release in operator.RELEASES:
         errors = sorted(e.message for e in validator(release).iter_errors(patch))
         missing = sorted(m.split("'")[1] for m in errors)
         assert missing == ["daemonsets", "dcgm", "dcgmExporter", "driver", "gfd", "nodeStatusExporter", "operator",
                            "toolkit"], errors
-
-
-def test_the_crd_facts_the_table_states_hold_in_the_vendored_schemas() -> None:
-    for release in operator.RELEASES:
-        config = crd_schema(release)["properties"]["spec"]["properties"]["migManager"]["properties"]["config"]
-        assert ("default" in config["properties"]["name"]) == release.crd_defaults_mig_config_name, release.version
-        assert config["properties"]["default"]["enum"] == ["all-disabled", ""]

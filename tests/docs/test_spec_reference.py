@@ -95,7 +95,7 @@ GATE_CASES: dict[tuple[str, str | None], tuple[dict[str, str], str, str, str]] =
     ("spec.admission.enabled", "true"): ({}, "k8s", "1.27", "1.28"),
     ("spec.hami.version", None): ({"sharing": "{vgpu: {splitCount: 4}}"}, "hami", "v2.9.0", "v2.10.0"),
     ("spec.monitoring.dcgmExporter", None): ({"deploy": "gpu-operator", "monitoring": "{enabled: true}"},
-                                              "operator", "v23.6.2", "v23.9.0"),
+                                              "operator", "v23.3.2", "v23.6.0"),
     ("spec.monitoring.dcgmExporter.perPodMetrics", "true"): (
         {"deploy": "gpu-operator", "monitoring": "{enabled: true, dcgmExporter: {perPodMetrics: true}}"},
         "operator", "v25.3.0", "v25.10.0"),

@@ -1,7 +1,7 @@
 """The Grafana dashboard: the cluster at a glance, admission, and one row per node class.
 
 A dashboard JSON model (schemaVersion 41, Grafana 11/12) with a Prometheus data-source variable, built as data
-and checked in tests against Grafana's published JSON Schemas (schemas/grafana/, from grafana-foundation-sdk).
+and checked in tests against the model as Grafana documents it (schemas/grafana-dashboard.schema.json).
 Every query reads the recording rules of rules.py, so a class's row shows exactly the expectations the alerts
 compare against: slots before and after, allocation, memory per slot against its budget, SM activity, and the
 node labels that carry the sharing and MIG state.
