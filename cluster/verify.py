@@ -25,6 +25,51 @@ from policy.rules import ClassView, placement_conflict
 from policy.workloads import find_workload, read_gpu_request, read_placement
 
 Severity = Literal["error", "warning", "info"]
+#: Every code a finding of `cluster verify` can carry (docs/operations.md explains each).
+FindingCode = Literal[
+    "allocatable-mismatch",
+    "class-selects-non-gpu-node",
+    "class-without-nodes",
+    "cloud-vgpu-node",
+    "cloud-vgpu-node-in-class",
+    "configmap-missing",
+    "configmap-modified",
+    "daemonset-config-mismatch",
+    "daemonset-image-mismatch",
+    "daemonset-missing",
+    "daemonset-rollout-incomplete",
+    "device-plugin-not-ready",
+    "device-plugin-not-running",
+    "driver-too-old",
+    "driver-version-mismatch",
+    "driver-version-unreadable",
+    "gfd-label-mismatch",
+    "gfd-labels-missing",
+    "gpu-memory-below-sizing",
+    "gpu-model-mismatch",
+    "hami-gpu-unhealthy",
+    "hami-node-not-registered",
+    "hami-registration-mismatch",
+    "hami-scheduler-config-drift",
+    "hami-scheduler-not-installed",
+    "mig-config-in-progress",
+    "mig-config-not-applied",
+    "multiple-device-plugins",
+    "node-count-mismatch",
+    "node-in-several-classes",
+    "node-label-conflict",
+    "node-label-missing",
+    "node-label-stale",
+    "node-taint-missing",
+    "node-taint-undeclared",
+    "pending-pod-capacity-not-applied",
+    "pending-pod-cluster-full",
+    "pending-pod-unsatisfiable",
+    "rollout-stuck",
+    "unclassified-gpu-node",
+    "unexpected-gpu-resource",
+    "unmanaged-device-plugin",
+]
 # Rules whose denial means the scheduler can never place the pod (the others deny for kubelet or tenant reasons).
 _UNSCHEDULABLE_RULES = frozenset({"gpu-request-unsatisfiable", "mig-strategy-mismatch", "vgpu-memory-unsatisfiable",
                                   "vgpu-count-above-gpus", "hami-annotation-invalid"})
@@ -43,7 +88,7 @@ _NO_MANAGED_FIELDS = ("the objects carry no managedFields, which `kubectl get` l
 class Finding:
     """One difference between the cluster and the policy: what, where, and the fix."""
 
-    code: str
+    code: FindingCode
     message: str
     hint: str = ""
     severity: Severity = "error"
