@@ -312,11 +312,10 @@ def label_setter(resolved: ResolvedClass, key: str) -> str:
 def _slots(offer: Offer, nodes: int | None, gpu_memory_mib: int) -> Slots:
     total = None if nodes is None else nodes * offer.per_node
     if offer.isolation == "mig-hardware":
-        # Time-sliced MIG instances share the instance's memory among their replicas, with no limit.
         return Slots(offer.resource, offer.per_node, total, offer.slot_memory_mib, offer.memory_enforced,
                      offer.memory_mib, _isolation(offer), offer.replicas, offer.devices_per_node,
                      offer.memory_estimated, offer.mig_profile)
-    return Slots(offer.resource, offer.per_node, total, offer.memory_mib, offer.memory_enforced, gpu_memory_mib,
+    return Slots(offer.resource, offer.per_node, total, offer.slot_memory_mib, offer.memory_enforced, gpu_memory_mib,
                  _isolation(offer), offer.replicas, offer.devices_per_node)
 
 
