@@ -431,10 +431,17 @@ def _operator_notes(resolved: ResolvedPolicy) -> list[str]:
             "operator's GPU clients but never drains workloads: docs/operations.md (MIG reconfiguration)."
         )
     tainted = sorted({t.describe() for rc in resolved.classes for t in rc.taints})
-    if tainted:
+    if tainted and operator.installer == "helm":
+        notes.append(
+            f"{gpu_operator.VALUES_FILE} sets daemonsets.tolerations to the chart's default (nvidia.com/gpu "
+            f"NoSchedule) plus the classes' taints ({', '.join(tainted)}), so the device plugin, GPU Feature "
+            "Discovery and MIG manager run on those nodes. Helm replaces a list, it does not merge it: "
+            "tolerations the release had in its own values must be added to the spec's classes as taints."
+        )
+    elif tainted:
         # NVIDIA/gpu-operator@v26.7.0:deployments/gpu-operator/values.yaml daemonsets.tolerations: nvidia.com/gpu only.
         notes.append(
-            f"The operator's DaemonSets tolerate only its chart's daemonsets.tolerations (by default "
+            f"The operator's DaemonSets tolerate only ClusterPolicy spec.daemonsets.tolerations (by default "
             f"nvidia.com/gpu:NoSchedule): add the classes' taints ({', '.join(tainted)}) there, or the device "
             "plugin, GPU Feature Discovery and MIG manager never run on those nodes."
         )
