@@ -19,7 +19,7 @@ from compiler.targets.hami import VALUES_PATH
 from policy import catalog, cloud_vgpu, drivers, hami, labels, offers, selectors
 from policy.engine import Engine
 from policy.model import ClusterGPUPolicy
-from policy.node_labels import FIELD_MANAGER
+from policy.node_labels import FIELD_MANAGER, LabelPlan, build_plan
 from policy.resolve import Offer, ResolvedClass, resolve
 from policy.rules import ClassView, placement_conflict
 from policy.workloads import find_workload, read_gpu_request, read_placement
@@ -170,6 +170,8 @@ class _View:
     """Node name -> every class whose nodeSelector selects it."""
     plugin_pods: Mapping[str, tuple[tuple[DaemonSet, Pod], ...]] = field(default_factory=dict)
     """Node name -> the device-plugin pods on it, with their DaemonSet."""
+    label_plan: LabelPlan | None = None
+    """What the tree's label reconciler does (policy.node_labels): which labels it owns, which defaults it replaces."""
 
     def members(self, name: str) -> tuple[Node, ...]:
         """The nodes of a class: selected by it and by no other class."""
@@ -185,13 +187,14 @@ class _View:
 
 
 def _view(snapshot: Snapshot, policy: ClusterGPUPolicy, expected: Expected) -> _View:
-    classes = resolve(policy).classes
+    resolved = resolve(policy)
+    classes = resolved.classes
     matches = {
         node.name: tuple(c.name for c in classes
                          if selectors.matches(selectors.requirements_from(c.node_selector), node.labels))
         for node in snapshot.nodes
     }
-    return _View(snapshot, policy, expected, classes, matches, _plugin_pods(snapshot))
+    return _View(snapshot, policy, expected, classes, matches, _plugin_pods(snapshot), build_plan(resolved))
 
 
 def _plugin_pods(snapshot: Snapshot) -> dict[str, tuple[tuple[DaemonSet, Pod], ...]]:
@@ -451,6 +454,12 @@ def _reconciled_label(view: _View, resolved: ResolvedClass, node: Node, key: str
                        f"check that the tree's node-labels/ is applied and its reconciler runs ({logs})", **at)
     owners = node.label_owners(key)
     others = [o for o in owners if o != FIELD_MANAGER]
+    if view.label_plan is not None and view.label_plan.overrides(key, have, others):
+        return Finding("node-label-missing",
+                       f"node {node.name} carries the GPU Operator's default {key}={have}, not {want}: "
+                       f"{_LABEL_WHY.get(key, 'the class needs it')}; gpupolicy's label reconciler replaces the "
+                       "default (the operator sets it only where the label is missing, and never changes it back)",
+                       f"check that the tree's node-labels/ is applied and its reconciler runs ({logs})", **at)
     if node.managers is not None and owners == (FIELD_MANAGER,):
         return Finding("node-label-stale",
                        f"{key} is {have!r} on node {node.name}, set by gpupolicy's label reconciler from another "
