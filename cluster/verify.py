@@ -644,7 +644,9 @@ def _hami_scheduler(view: _View) -> Iterator[Finding]:
     name = f"{settings.fullname}-scheduler-device"
     live = next((cm for cm in view.snapshot.configmaps
                  if (cm.namespace, cm.name) == (settings.namespace, name)), None)
-    install = hami_target.install_command(settings)
+    install = (f"let GitOps sync HAMi's release from the tree (Flux: the HelmRelease {settings.release_name} of its "
+               "flux/, in flux-system; Argo CD: the Application rendering the chart with its hami-values.yaml), or "
+               f"without GitOps: {hami_target.install_command(settings)}")
     if live is None:
         yield Finding("hami-scheduler-not-installed",
                       f"ConfigMap {settings.namespace}/{name} does not exist: HAMi's scheduler is not installed (or "
