@@ -10,7 +10,11 @@ Ownership is the API server's own: the reconciler writes with server-side apply 
 keys it owns (managedFields), removes a key it owned and no longer sends (a node that left a class, a class whose
 selector changed), and keeps every other key untouched. A key that another manager (a person's kubectl, the GPU
 Operator, node provisioning) set to a different value is a conflict: the reconciler leaves it, records a Warning
-event on the node and sets gpupolicy_node_label_conflicts, and never forces.
+event on the node and sets gpupolicy_node_label_conflicts, and never forces. The one exception is a GPU Operator
+default (policy.labels.OPERATOR_DEFAULTS: nvidia.com/mig.config=all-disabled, nvidia.com/gpu.deploy.*=true) that
+only the operator wrote: the operator sets those on a node that lacks them and never changes them afterwards, so
+on a node that joined a pool it may simply have been first. The reconciler takes such a key over with a forced
+apply (LabelPlan.overrides), and the operator leaves the new value alone.
 """
 
 from __future__ import annotations
@@ -56,6 +60,8 @@ class Action:
     conflicts: tuple[Conflict, ...]
     overlap: tuple[str, ...] = ()
     """Names of several classes selecting the node: nothing is applied then."""
+    force: bool = False
+    """The apply takes over a GPU Operator default (LabelPlan.overrides): forced, as the operator owns the key."""
 
 
 def label_owners(node: Mapping[str, Any]) -> dict[str, set[str]]:
@@ -80,15 +86,18 @@ def plan_node(plan: LabelPlan, node: Mapping[str, Any]) -> Action:
     wanted = dict(classes[0].labels) if classes else {}
     send: dict[str, str] = {}
     conflicts = []
+    force = False
     for key, want in sorted(wanted.items()):
         have = labels.get(key)
         others = tuple(sorted(owners.get(key, set()) - {FIELD_MANAGER}))
-        if have is not None and have != want and (others or key not in ours):
+        if have is not None and have != want and plan.overrides(key, have, others):
+            send[key], force = want, True
+        elif have is not None and have != want and (others or key not in ours):
             conflicts.append(Conflict(name, key, have, want, others))
         else:
             send[key] = want
     settled = set(send) == ours and all(labels.get(k) == v for k, v in send.items())
-    return Action(name, None if settled else send, tuple(conflicts))
+    return Action(name, None if settled else send, tuple(conflicts), force=force and not settled)
 
 
 class Metrics:
@@ -181,13 +190,13 @@ class Reconciler:
         self._report_overlap(action)
         self._report_conflicts(action)
         if action.apply is not None:
-            self._apply(action.node, action.apply)
+            self._apply(action.node, action.apply, force=action.force)
         return action
 
-    def _apply(self, name: str, labels: Mapping[str, str]) -> None:
+    def _apply(self, name: str, labels: Mapping[str, str], *, force: bool = False) -> None:
         body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": dict(labels)}}
         try:
-            self.api.patch_node(name, body, field_manager=FIELD_MANAGER, force=False,
+            self.api.patch_node(name, body, field_manager=FIELD_MANAGER, force=force,
                                 _content_type="application/apply-patch+yaml",
                                 _request_timeout=self.request_timeout_seconds, _preload_content=False)
         except Exception as err:

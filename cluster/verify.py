@@ -19,12 +19,57 @@ from compiler.targets.hami import VALUES_PATH
 from policy import catalog, cloud_vgpu, drivers, hami, labels, offers, selectors
 from policy.engine import Engine
 from policy.model import ClusterGPUPolicy
-from policy.node_labels import FIELD_MANAGER
+from policy.node_labels import FIELD_MANAGER, LabelPlan, build_plan
 from policy.resolve import Offer, ResolvedClass, resolve
 from policy.rules import ClassView, placement_conflict
 from policy.workloads import find_workload, read_gpu_request, read_placement
 
 Severity = Literal["error", "warning", "info"]
+#: Every code a finding of `cluster verify` can carry (docs/operations.md explains each).
+FindingCode = Literal[
+    "allocatable-mismatch",
+    "class-selects-non-gpu-node",
+    "class-without-nodes",
+    "cloud-vgpu-node",
+    "cloud-vgpu-node-in-class",
+    "configmap-missing",
+    "configmap-modified",
+    "daemonset-config-mismatch",
+    "daemonset-image-mismatch",
+    "daemonset-missing",
+    "daemonset-rollout-incomplete",
+    "device-plugin-not-ready",
+    "device-plugin-not-running",
+    "driver-too-old",
+    "driver-version-mismatch",
+    "driver-version-unreadable",
+    "gfd-label-mismatch",
+    "gfd-labels-missing",
+    "gpu-memory-below-sizing",
+    "gpu-model-mismatch",
+    "hami-gpu-unhealthy",
+    "hami-node-not-registered",
+    "hami-registration-mismatch",
+    "hami-scheduler-config-drift",
+    "hami-scheduler-not-installed",
+    "mig-config-in-progress",
+    "mig-config-not-applied",
+    "multiple-device-plugins",
+    "node-count-mismatch",
+    "node-in-several-classes",
+    "node-label-conflict",
+    "node-label-missing",
+    "node-label-stale",
+    "node-taint-missing",
+    "node-taint-undeclared",
+    "pending-pod-capacity-not-applied",
+    "pending-pod-cluster-full",
+    "pending-pod-unsatisfiable",
+    "rollout-stuck",
+    "unclassified-gpu-node",
+    "unexpected-gpu-resource",
+    "unmanaged-device-plugin",
+]
 # Rules whose denial means the scheduler can never place the pod (the others deny for kubelet or tenant reasons).
 _UNSCHEDULABLE_RULES = frozenset({"gpu-request-unsatisfiable", "mig-strategy-mismatch", "vgpu-memory-unsatisfiable",
                                   "vgpu-count-above-gpus", "hami-annotation-invalid"})
@@ -43,7 +88,7 @@ _NO_MANAGED_FIELDS = ("the objects carry no managedFields, which `kubectl get` l
 class Finding:
     """One difference between the cluster and the policy: what, where, and the fix."""
 
-    code: str
+    code: FindingCode
     message: str
     hint: str = ""
     severity: Severity = "error"
@@ -125,6 +170,8 @@ class _View:
     """Node name -> every class whose nodeSelector selects it."""
     plugin_pods: Mapping[str, tuple[tuple[DaemonSet, Pod], ...]] = field(default_factory=dict)
     """Node name -> the device-plugin pods on it, with their DaemonSet."""
+    label_plan: LabelPlan | None = None
+    """What the tree's label reconciler does (policy.node_labels): which labels it owns, which defaults it replaces."""
 
     def members(self, name: str) -> tuple[Node, ...]:
         """The nodes of a class: selected by it and by no other class."""
@@ -140,13 +187,14 @@ class _View:
 
 
 def _view(snapshot: Snapshot, policy: ClusterGPUPolicy, expected: Expected) -> _View:
-    classes = resolve(policy).classes
+    resolved = resolve(policy)
+    classes = resolved.classes
     matches = {
         node.name: tuple(c.name for c in classes
                          if selectors.matches(selectors.requirements_from(c.node_selector), node.labels))
         for node in snapshot.nodes
     }
-    return _View(snapshot, policy, expected, classes, matches, _plugin_pods(snapshot))
+    return _View(snapshot, policy, expected, classes, matches, _plugin_pods(snapshot), build_plan(resolved))
 
 
 def _plugin_pods(snapshot: Snapshot) -> dict[str, tuple[tuple[DaemonSet, Pod], ...]]:
@@ -406,6 +454,12 @@ def _reconciled_label(view: _View, resolved: ResolvedClass, node: Node, key: str
                        f"check that the tree's node-labels/ is applied and its reconciler runs ({logs})", **at)
     owners = node.label_owners(key)
     others = [o for o in owners if o != FIELD_MANAGER]
+    if view.label_plan is not None and view.label_plan.overrides(key, have, others):
+        return Finding("node-label-missing",
+                       f"node {node.name} carries the GPU Operator's default {key}={have}, not {want}: "
+                       f"{_LABEL_WHY.get(key, 'the class needs it')}; gpupolicy's label reconciler replaces the "
+                       "default (the operator sets it only where the label is missing, and never changes it back)",
+                       f"check that the tree's node-labels/ is applied and its reconciler runs ({logs})", **at)
     if node.managers is not None and owners == (FIELD_MANAGER,):
         return Finding("node-label-stale",
                        f"{key} is {have!r} on node {node.name}, set by gpupolicy's label reconciler from another "
@@ -590,7 +644,9 @@ def _hami_scheduler(view: _View) -> Iterator[Finding]:
     name = f"{settings.fullname}-scheduler-device"
     live = next((cm for cm in view.snapshot.configmaps
                  if (cm.namespace, cm.name) == (settings.namespace, name)), None)
-    install = hami_target.install_command(settings)
+    install = (f"let GitOps sync HAMi's release from the tree (Flux: the HelmRelease {settings.release_name} of its "
+               "flux/, in flux-system; Argo CD: the Application rendering the chart with its hami-values.yaml), or "
+               f"without GitOps: {hami_target.install_command(settings)}")
     if live is None:
         yield Finding("hami-scheduler-not-installed",
                       f"ConfigMap {settings.namespace}/{name} does not exist: HAMi's scheduler is not installed (or "

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from policy import selectors
 from policy.labels import GPU_DEPLOY_PREFIX, MIG_CONFIG_STATE, MIG_STATE_SUCCESS, PAUSED_FOR_MIG_CHANGE
-from policy.model import ClusterGPUPolicy, Toleration
+from policy.model import ClusterGPUPolicy, Taint, Toleration
 from policy.resolve import ResolvedClass
 from policy.workloads import Toleration as PodToleration
 
@@ -219,12 +219,18 @@ def class_tolerations(tolerations: Sequence[Toleration], node_class: ResolvedCla
     DaemonSet pod that does not tolerate its nodes' taints never runs there (the DaemonSet controller adds only
     the node.kubernetes.io/* ones). One helper for every per-class agent: device plugin, MPS daemon, GFD, MIG
     manager, HAMi's device plugin."""
+    return tolerating(tolerations, node_class.taints)
+
+
+def tolerating(tolerations: Sequence[Toleration], taints: Iterable[Taint]) -> list[Obj]:
+    """``tolerations``, plus one toleration per taint they do not already tolerate (in the taints' order)."""
     found = [t.model_dump(exclude_none=True) for t in tolerations]
     given = [PodToleration(t.key or "", t.operator, t.value or "", t.effect or "") for t in tolerations]
-    for taint in node_class.taints:
+    for taint in taints:
         if not any(t.tolerates(taint.key, taint.value, taint.effect) for t in given):
             found.append({"key": taint.key, "operator": "Equal", "value": taint.value, "effect": taint.effect}
                          if taint.value else {"key": taint.key, "operator": "Exists", "effect": taint.effect})
+            given.append(PodToleration(taint.key, "Equal" if taint.value else "Exists", taint.value, taint.effect))
     return found
 
 

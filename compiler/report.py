@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler import serialize
-from compiler.targets import gpu_operator, namespaces, node_labels
+from compiler.targets import flux, gpu_operator, namespaces, node_labels
 from compiler.targets import hami as hami_target
 from compiler.targets.monitoring import collectors
 from compiler.targets.monitoring import rules as monitoring_rules
@@ -312,11 +312,10 @@ def label_setter(resolved: ResolvedClass, key: str) -> str:
 def _slots(offer: Offer, nodes: int | None, gpu_memory_mib: int) -> Slots:
     total = None if nodes is None else nodes * offer.per_node
     if offer.isolation == "mig-hardware":
-        # Time-sliced MIG instances share the instance's memory among their replicas, with no limit.
         return Slots(offer.resource, offer.per_node, total, offer.slot_memory_mib, offer.memory_enforced,
                      offer.memory_mib, _isolation(offer), offer.replicas, offer.devices_per_node,
                      offer.memory_estimated, offer.mig_profile)
-    return Slots(offer.resource, offer.per_node, total, offer.memory_mib, offer.memory_enforced, gpu_memory_mib,
+    return Slots(offer.resource, offer.per_node, total, offer.slot_memory_mib, offer.memory_enforced, gpu_memory_mib,
                  _isolation(offer), offer.replicas, offer.devices_per_node)
 
 
@@ -400,14 +399,16 @@ def _operator_notes(resolved: ResolvedPolicy) -> list[str]:
              if release else "The GPU Operator release is unknown (see the warnings)."]
     fields = "devicePlugin.config.name/default, mig.strategy and migManager.config.name/default"
     if operator.installer == "helm":
-        version = f" --version {release.version}" if release else ""
+        version = f" {release.version}" if release else ""
         notes.append(
-            f"{gpu_operator.VALUES_FILE} holds the GPU Operator chart "
-            f"values {fields}, pointing its ClusterPolicy at the tree's content-named ConfigMaps. Give them to the "
-            f"operator's Helm release, last: `helm upgrade gpu-operator nvidia/gpu-operator -n "
-            f"{operator.namespace}{version} --reuse-values -f {gpu_operator.VALUES_FILE}`, an Argo CD valueFiles "
-            "entry or a Flux HelmRelease valuesFrom (docs/ci-and-gitops.md). The release stays the only writer "
-            "of the ClusterPolicy, so no sync reverts another; the tree applies none."
+            f"{gpu_operator.VALUES_FILE} holds the GPU Operator chart{version} values {fields}, pointing its "
+            "ClusterPolicy at the tree's content-named ConfigMaps. The operator's Helm release takes them last: "
+            f"a Flux HelmRelease from ConfigMap {flux.OPERATOR_VALUES} in the tree's flux/ (valuesFrom, optional; "
+            "it upgrades as soon as the ConfigMap changes), a multi-source Argo CD Application with this file as "
+            "its last helm.valueFiles entry, from a ref: values source "
+            "(examples/gitops/flux/h20-inference/gpu-operator.yaml, "
+            "examples/gitops/argocd/application-gpu-operator.yaml; docs/ci-and-gitops.md). The release stays the "
+            "only writer of the ClusterPolicy, so no sync reverts another; the tree applies none."
         )
     else:
         notes.append(
@@ -432,10 +433,17 @@ def _operator_notes(resolved: ResolvedPolicy) -> list[str]:
             "operator's GPU clients but never drains workloads: docs/operations.md (MIG reconfiguration)."
         )
     tainted = sorted({t.describe() for rc in resolved.classes for t in rc.taints})
-    if tainted:
+    if tainted and operator.installer == "helm":
+        notes.append(
+            f"{gpu_operator.VALUES_FILE} sets daemonsets.tolerations to the chart's default (nvidia.com/gpu "
+            f"NoSchedule) plus the classes' taints ({', '.join(tainted)}), so the device plugin, GPU Feature "
+            "Discovery and MIG manager run on those nodes. Helm replaces a list, it does not merge it: "
+            "tolerations the release had in its own values must be added to the spec's classes as taints."
+        )
+    elif tainted:
         # NVIDIA/gpu-operator@v26.7.0:deployments/gpu-operator/values.yaml daemonsets.tolerations: nvidia.com/gpu only.
         notes.append(
-            f"The operator's DaemonSets tolerate only its chart's daemonsets.tolerations (by default "
+            f"The operator's DaemonSets tolerate only ClusterPolicy spec.daemonsets.tolerations (by default "
             f"nvidia.com/gpu:NoSchedule): add the classes' taints ({', '.join(tainted)}) there, or the device "
             "plugin, GPU Feature Discovery and MIG manager never run on those nodes."
         )
@@ -449,10 +457,14 @@ def _hami_notes(resolved: ResolvedPolicy) -> list[str]:
     scope = hami_scope(resolved)
     notes = [
         f"vgpu classes run HAMi {settings.version}: the tree's hami/ holds one HAMi device-plugin DaemonSet per "
-        f"vgpu class, and {hami_target.VALUES_PATH} the values for HAMi's chart, which installs its scheduler and "
-        f"webhook with its own device plugin off: {hami_target.install_command(settings)} (repository "
-        f"{hami.CHART_REPOSITORY}). Apply the tree after the chart, so no node runs HAMi's chart plugin and a "
-        "class's plugin at once.",
+        f"vgpu class, and {hami_target.VALUES_PATH} the values for HAMi's chart {settings.chart_version} "
+        f"({hami.CHART_REPOSITORY}), which installs its scheduler and webhook with its own device plugin off, as "
+        f"release {settings.release_name} in {settings.namespace}. Flux installs it from the tree's flux/ (a "
+        "HelmRepository, a HelmRelease and the values in a ConfigMap it reads); Argo CD from a multi-source "
+        f"Application whose helm.valueFiles names this tree's {hami_target.VALUES_PATH} "
+        "(examples/gitops/argocd/application-hami.yaml; docs/ci-and-gitops.md). Sync the chart before the tree "
+        "(Flux dependsOn, an earlier Argo CD sync wave), so no node runs HAMi's chart plugin and a class's plugin "
+        "at once.",
     ]
     if scope.scoped:
         notes.append(

@@ -13,6 +13,7 @@ from compiler.targets import (
     admission_webhook,
     device_plugin,
     feature_discovery,
+    flux,
     gpu_operator,
     hami,
     mig_manager,
@@ -84,20 +85,23 @@ def _check_relative(path: str) -> None:
 def build_tree(resolved: ResolvedPolicy) -> Tree:
     """The whole output of one cluster: components, kustomizations, report and ownership marker."""
     components = _components(resolved)
+    values = _operator_values(resolved, components)
+    if helm_objects := flux.render_flux(resolved, values):
+        components = dict(sorted({**components, flux.COMPONENT: helm_objects}.items()))
     files: dict[str, bytes] = {}
     for directory, stems in components.items():
         for stem, obj in stems.items():
             files[f"{directory}/{stem}.yaml"] = serialize.dump_yaml(obj)
         files[f"{directory}/{KUSTOMIZATION}"] = serialize.dump_yaml(
             objects.kustomization([f"{stem}.yaml" for stem in stems]))
-    values = _operator_values(resolved, components)
     if values is not None:
         files[gpu_operator.VALUES_FILE] = serialize.dump_yaml(values)
     # No labels here: every object carries its own (objects.labels), and the partial ClusterPolicy must carry none.
     # monitoring/ is applied on its own, with the monitoring stack whose CRDs it needs: the root leaves it out,
     # so a missing Prometheus Operator never blocks the GPU configuration (docs/ci-and-gitops.md#monitoring).
+    # flux/ likewise needs Flux's CRDs: only a Flux Kustomization of its own applies it (compiler/targets/flux.py).
     files[KUSTOMIZATION] = serialize.dump_yaml(objects.kustomization(
-        [c for c in components if c != monitoring.COMPONENT]))
+        [c for c in components if c not in (monitoring.COMPONENT, flux.COMPONENT)]))
     for rc in resolved.classes:
         files[report.picture_path(rc.name)] = pictures.class_picture(rc)
     if resolved.vgpu_classes:

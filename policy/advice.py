@@ -148,28 +148,30 @@ def advise_mig_capable_time_sliced(resolved: ResolvedPolicy) -> Iterator[Diagnos
 
 
 def advise_unsized_replicas(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    """Replicas without a memory basis: what one slot can count on is the offer's ``slot_memory_mib``, the figure
+    admission and the report use too."""
     policy = resolved.policy
     for i, nc in enumerate(policy.spec.node_classes):
         base: Path = ("spec", "nodeClasses", i, "sharing")
+        rc = resolved.classes[i]
         ts = nc.sharing.time_slicing
-        total = resolved.classes[i].memory_mib
-        if ts is not None and ts.replicas is not None and ts.replicas >= 2 and total is not None:
-            share = total // ts.replicas
-            if share < MIN_UNSIZED_SHARE_MIB:
-                yield _unsized(nc.name, f"{total} MiB / {ts.replicas} replicas", share,
-                               (*base, "timeSlicing", "replicas"))
+        if ts is not None and ts.replicas is not None and ts.replicas >= 2 and rc.memory_mib is not None:
+            for offer in rc.offers:
+                if offer.slot_memory_mib < MIN_UNSIZED_SHARE_MIB:
+                    yield _unsized(nc.name, f"{rc.memory_mib} MiB / {ts.replicas} replicas", offer.slot_memory_mib,
+                                   (*base, "timeSlicing", "replicas"))
         mig = nc.sharing.mig
-        model = catalog.lookup(nc.gpu.model)
-        if mig is None or model is None or model.mig is None:
+        if mig is None:
             continue
-        for profile, replicas in sorted(mig.time_slicing.items()):
-            found = model.mig.profile(profile)
-            if found is None or replicas < 2:
-                continue  # the checks report unknown profiles and replicas below 2
-            share = found.memory_mib // replicas
-            if share < MIN_UNSIZED_SHARE_MIB:
-                yield _unsized(nc.name, f"{profile} ({found.memory_mib} MiB) / {replicas} replicas", share,
-                               (*base, "mig", "timeSlicing", profile))
+        by_resource = {offer.resource: offer for offer in rc.offers}
+        for advertised in rc.advertised:
+            replicas = mig.time_slicing.get(advertised.profile, 1)
+            offer = by_resource.get(advertised.resource or "")
+            if offer is None or replicas < 2:
+                continue  # the checks report unknown profiles, profiles the plugin cannot start and replicas below 2
+            if offer.slot_memory_mib < MIN_UNSIZED_SHARE_MIB:
+                yield _unsized(nc.name, f"{advertised.profile} ({offer.memory_mib} MiB) / {offer.replicas} replicas",
+                               offer.slot_memory_mib, (*base, "mig", "timeSlicing", advertised.profile))
 
 
 def _unsized(name: str, arithmetic: str, share: int, path: Path) -> Diagnostic:

@@ -577,8 +577,11 @@ def check_operator_release(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
                          "its ClusterPolicy CRD cannot be checked", path,
                          f"name a release from v23.3.0 to {operator.RELEASES[-1].version} (newest: {known})")
     elif not wanted and resolved.operator_release is None:
-        yield Diagnostic("operator-version-unknown", f"no GPU Operator release ships device plugin {plugin.version}, "
-                         "and devicePlugin.operator.version is not set", ("spec", "devicePlugin", "version"),
+        # The same finding as a named release gpupolicy does not know (the CRD cannot be checked, the fix is to name
+        # a known release), as a warning: nothing the user wrote is wrong, something is missing.
+        yield Diagnostic("unknown-operator-version", f"no GPU Operator release ships device plugin {plugin.version}, "
+                         "and devicePlugin.operator.version is not set, so the ClusterPolicy CRD cannot be checked",
+                         ("spec", "devicePlugin", "version"),
                          "set devicePlugin.operator.version to the operator release the cluster runs",
                          severity="warning")
     elif resolved.operator_release is not None and resolved.operator_release.device_plugin_tuple != \

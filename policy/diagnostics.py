@@ -66,6 +66,8 @@ Code = Literal[
     "operator-image-set",
     "operator-mig-strategy-conflict",
     "operator-flags-ignored",
+    "unknown-operator-version",
+    "operator-plugin-version-mismatch",
     "reserved-class-name",
     "tenant-unknown-class",
     "tenant-mode-unavailable",
@@ -81,6 +83,20 @@ Code = Literal[
     "vgpu-memory-overcommit",
     "gpu-model-typo",
     "driver-too-old",
+]
+
+#: Codes of the workload inventory `gpupolicy plan` reads (policy/plan/inventory.py), beside the reading and model
+#: codes above it shares with the spec (docs/plan.md explains each).
+InventoryCode = Literal[
+    "empty-inventory",
+    "invalid-export",
+    "incomplete-workload",
+]
+
+#: Admission notices: an object gpupolicy did not check, said so instead of passing it silently (docs/operations.md).
+NoticeCode = Literal[
+    "workload-not-checked",
+    "cloud-vgpu-not-checked",
 ]
 
 

@@ -37,3 +37,16 @@ MIG_STATE_SUCCESS = "success"
 #: Driver version labels of GFD: the plugin-repo GFD (v0.15+) writes the full string, every GFD the parts.
 DRIVER_VERSION_FULL = "nvidia.com/cuda.driver-version.full"
 DRIVER_VERSION_PARTS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")
+
+#: The field manager the API server records for the GPU Operator's node-label writes: controller-runtime's client
+#: sends the binary's name as its user agent (NVIDIA/gpu-operator@v25.3.0:docker/Dockerfile:78 installs it as
+#: /usr/bin/gpu-operator), and the API server names an Update's or Patch's manager after the user agent's first
+#: part.
+OPERATOR_FIELD_MANAGER = "gpu-operator"
+#: Labels the GPU Operator writes only as defaults, on a GPU node that lacks them, and never changes once set:
+#: nvidia.com/mig.config=all-disabled on a MIG-capable node when migManager.config.default is all-disabled
+#: (NVIDIA/gpu-operator@v25.3.0:controllers/state_manager.go:536-545; @v26.7.0:controllers/nodelabeling_controller.go
+#: :311-314), and the nvidia.com/gpu.deploy.<operand>=true state labels ("If a required state label already exists
+#: on the node, honor the current value", @v25.3.0:controllers/state_manager.go:375-386). A node that just joined
+#: may carry them before gpupolicy's reconciler sees it: they are defaults to override, not another owner's choice.
+OPERATOR_DEFAULTS = {MIG_CONFIG: MIG_ALL_DISABLED, DEVICE_PLUGIN_DEPLOY: "true"}

@@ -9,11 +9,12 @@ to overwrite.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from policy import selectors
+from policy.labels import OPERATOR_DEFAULTS, OPERATOR_FIELD_MANAGER
 from policy.resolve import ResolvedPolicy
 
 PLAN_VERSION = 1
@@ -32,6 +33,16 @@ class ClassLabels:
 class LabelPlan:
     cluster: str
     classes: tuple[ClassLabels, ...]
+    operator_defaults: Mapping[str, str] = field(default_factory=dict)
+    """Owned keys whose GPU Operator default (policy.labels.OPERATOR_DEFAULTS) the reconciler replaces: deploy
+    gpu-operator only, where the operator runs and may label a node first."""
+
+    def overrides(self, key: str, have: str | None, owners: Iterable[str]) -> bool:
+        """Whether ``have`` is the GPU Operator's default for ``key``, written by the operator and nobody else:
+        the reconciler then takes the key over (a forced apply), where any other writer's value is a conflict."""
+        writers = set(owners)
+        return (have is not None and self.operator_defaults.get(key) == have
+                and writers == {OPERATOR_FIELD_MANAGER})
 
     @property
     def owned_keys(self) -> tuple[str, ...]:
@@ -47,6 +58,8 @@ class LabelPlan:
                     "ownedKeys": list(self.owned_keys),
                     "classes": [{"name": c.name, "nodeSelector": dict(sorted(c.node_selector.items())),
                                  "labels": dict(sorted(c.labels.items()))} for c in self.classes]}
+        if self.operator_defaults:
+            document["operatorDefaults"] = dict(sorted(self.operator_defaults.items()))
         return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
@@ -54,7 +67,10 @@ def build_plan(resolved: ResolvedPolicy) -> LabelPlan:
     """Every class with labels the reconciler owns (``ResolvedClass.reconciled_labels``), by name."""
     classes = tuple(ClassLabels(rc.name, dict(rc.node_selector), dict(rc.reconciled_labels))
                     for rc in sorted(resolved.classes, key=lambda rc: rc.name) if rc.reconciled_labels)
-    return LabelPlan(resolved.name, classes)
+    owned = {key for c in classes for key in c.labels}
+    defaults = {key: value for key, value in OPERATOR_DEFAULTS.items() if key in owned} \
+        if resolved.spec.device_plugin.deploy == "gpu-operator" else {}
+    return LabelPlan(resolved.name, classes, defaults)
 
 
 def plan_from_json(text: str) -> LabelPlan:
@@ -71,7 +87,10 @@ def plan_from_json(text: str) -> LabelPlan:
         if not (isinstance(item.get("name"), str) and _strings(selector) and _strings(labels) and selector):
             raise ValueError(f"class entry {item!r} needs a name, a non-empty nodeSelector and labels")
         classes.append(ClassLabels(item["name"], dict(selector), dict(labels)))
-    return LabelPlan(str(document.get("cluster", "")), tuple(classes))
+    defaults = document.get("operatorDefaults") or {}
+    if not _strings(defaults):
+        raise ValueError(f"operatorDefaults {defaults!r} must map label keys to values")
+    return LabelPlan(str(document.get("cluster", "")), tuple(classes), dict(defaults))
 
 
 def _strings(value: Any) -> bool:

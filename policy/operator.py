@@ -176,6 +176,15 @@ CRD_FIELDS: tuple[CrdField, ...] = (
     # The same nine required blocks in every release: an object lacking any of them cannot be created.
     CrdField("spec", "object", required=("daemonsets", "dcgm", "dcgmExporter", "devicePlugin", "driver", "gfd",
                                          "nodeStatusExporter", "operator", "toolkit")),
+    # The operands' tolerations (Helm values daemonsets.tolerations, copied here by templates/clusterpolicy.yaml),
+    # core/v1 Tolerations restated as free strings in every release.
+    CrdField("spec.daemonsets", "object"),
+    CrdField("spec.daemonsets.tolerations", "array"),
+    CrdField("spec.daemonsets.tolerations[]", "object"),
+    CrdField("spec.daemonsets.tolerations[].key", "string"),
+    CrdField("spec.daemonsets.tolerations[].operator", "string"),
+    CrdField("spec.daemonsets.tolerations[].value", "string"),
+    CrdField("spec.daemonsets.tolerations[].effect", "string"),
     CrdField("spec.mig", "object"),
     CrdField("spec.mig.strategy", "string", enum=("none", "single", "mixed")),
     CrdField("spec.devicePlugin", "object"),

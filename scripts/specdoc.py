@@ -155,6 +155,13 @@ CODE_HELP: dict[str, tuple[str, str]] = {
                                                   "mixed."),
     "operator-flags-ignored": (_SEMANTIC, "devicePlugin.flags have no effect under the GPU Operator, which sets "
                                           "them as environment variables."),
+    "unknown-operator-version": (_SEMANTIC, "The GPU Operator release the tree targets is not one gpupolicy knows: "
+                                            "devicePlugin.operator.version names another (an error), or it is unset "
+                                            "and no release ships devicePlugin.version (a warning). Its ClusterPolicy "
+                                            "CRD cannot be checked."),
+    "operator-plugin-version-mismatch": (_SEMANTIC, "The GPU Operator release deploys another device-plugin release "
+                                                    "than the one devicePlugin.version names, so the configs are "
+                                                    "written for a plugin that does not run."),
     "reserved-class-name": (_SEMANTIC, "A class named like a config the compiled mig-parted file already defines "
                                        "(all-disabled, all-enabled)."),
     "tenant-unknown-class": (_SEMANTIC, "A tenant names a node class that does not exist."),

@@ -9,9 +9,16 @@ from compiler import objects
 from compiler.objects import Obj
 from compiler.targets.device_plugin import render_config_text
 from policy.labels import MIG_ALL_DISABLED
+from policy.model import Toleration
 from policy.resolve import ResolvedPolicy
 
 OPERATOR_CONFIGS = "gpupolicy-device-plugin-configs"
+#: The chart's own daemonsets.tolerations, the same in every release v23.3.0 - v26.7.0
+#: (NVIDIA/gpu-operator@v25.3.0:deployments/gpu-operator/values.yaml:39-42). Helm replaces a list given in values
+#: rather than merging it, so the classes' taints are added to these, never instead of them; the chart copies the
+#: list into ClusterPolicy spec.daemonsets.tolerations (templates/clusterpolicy.yaml:52-53), which every operand
+#: DaemonSet (device plugin, GFD, MIG manager, dcgm-exporter...) carries.
+CHART_TOLERATIONS = (Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),)
 #: Helm values for the operator's release (installer helm), at the top of the tree: not a Kubernetes object.
 VALUES_FILE = "gpu-operator-values.yaml"
 # The DaemonSets the operator runs from these configs, in its namespace (gpu-operator v26.7.0
@@ -78,5 +85,10 @@ def render_helm_values(resolved: ResolvedPolicy, configs: str | None, mig_config
     """installer helm: the same fields as values of the operator's chart, so its release renders them into the
     ClusterPolicy it owns and no second writer exists (templates/clusterpolicy.yaml maps devicePlugin.config,
     mig.strategy and migManager.config one to one, v23.3 - v26.7, and dcgmExporter's env, config.name,
-    serviceMonitor and, from v25.10, hostPID)."""
-    return cluster_policy_fields(resolved, configs, mig_configs, dcgm_exporter)
+    serviceMonitor and, from v25.10, hostPID), plus daemonsets.tolerations for the classes' taints, without which
+    no operand runs on a tainted class's nodes."""
+    values = cluster_policy_fields(resolved, configs, mig_configs, dcgm_exporter)
+    taints = [taint for rc in resolved.classes for taint in rc.taints]
+    if taints:
+        values["daemonsets"] = {"tolerations": objects.tolerating(CHART_TOLERATIONS, taints)}
+    return values

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -41,13 +42,26 @@ def test_the_table_says_who_sets_each_label_of_the_operator_example(capsys: pyte
     assert "4 node(s), 32 GPU(s), 32 -> 448 schedulable GPU slots" in out
 
 
-@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig"])
+@pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"])
 def test_no_example_leaves_a_manual_command(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["explain", str(CLUSTERS / name / "cluster.yaml")]) == 0
     out = capsys.readouterr().out
     for manual in ("kubectl label", "nvidia-mig-parted apply", "label the nodes yourself", "run nvidia-mig-manager",
-                   "kubectl create namespace", "creates no Namespace", "must exist", "nvidia-smi compute-policy"):
+                   "kubectl create namespace", "creates no Namespace", "must exist", "nvidia-smi compute-policy",
+                   "helm upgrade", "helm install", "kubectl apply"):
         assert manual not in out
+    report = (CLUSTERS / name / "out" / "REPORT.md").read_text(encoding="utf-8")
+    assert "helm upgrade" not in report and "helm install" not in report
+
+
+@pytest.mark.parametrize("name", ["h20-mig", "vgpu-platform"])
+def test_helm_values_are_pointed_at_the_gitops_objects_that_apply_them(name: str,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["explain", str(CLUSTERS / name / "cluster.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "the tree's flux/" in out and "multi-source" in out
+    for path in re.findall(r"examples/gitops/\S+\.yaml", out):
+        assert (CLUSTERS.parent.parent / path).is_file(), path
 
 
 def test_a_spec_with_errors_exits_1_with_its_diagnostics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -71,7 +85,7 @@ def test_the_vgpu_floor_shows_its_capacity_isolation_and_overhead_beside_the_oth
     assert "platform-vgpu: overhead ~5-10% (HAMi-core intercepts every CUDA call" in out
     assert "prod-mig: overhead ~2-3%" in out and "dev-ts: overhead ~10-15%" in out
     assert "platform-vgpu: vGPUs: up to 5 per GPU." in out
-    assert "helm upgrade --install hami hami-charts/hami --version 2.10.0" in out
+    assert "hami-values.yaml the values for HAMi's chart 2.10.0" in out and "as release hami in kube-system" in out
 
 
 def test_time_sliced_mig_has_one_name_in_explain_the_report_and_denials(capsys: pytest.CaptureFixture[str],

@@ -140,7 +140,9 @@ def test_hamis_scheduler_missing_or_running_other_values_is_an_error() -> None:
     drifted = verify(snapshot([platform_node("p1")], config=scheduler_config("nvidia:\n  resourceCountName: x\n")),
                      POLICY, WANTED)
     (finding,) = [f for f in drifted.findings if f.code == "hami-scheduler-config-drift"]
-    assert "helm upgrade --install hami hami-charts/hami --version 2.10.0" in finding.hint
+    assert finding.hint.startswith("upgrade the release with the tree's values: let GitOps sync HAMi's release "
+                                   "from the tree (Flux: the HelmRelease hami of its flux/, in flux-system")
+    assert "without GitOps: helm upgrade --install hami hami-charts/hami --version 2.10.0" in finding.hint
     assert "hami-scheduler-config-drift" not in codes(verify(snapshot([platform_node("p1")],
                                                                       config=scheduler_config()), POLICY, WANTED))
 

@@ -130,6 +130,27 @@ def test_a_label_someone_else_changed_names_its_writer_and_one_the_reconciler_ow
                                        "remove its value (kubectl label node h20-node-1 nvidia.com/mig.config-)")
 
 
+OPERATOR_SPEC = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "h20-mig" / "cluster.yaml"
+
+
+def test_under_the_operator_its_default_is_a_label_the_reconciler_replaces_not_a_conflict(cluster, gpupolicy):
+    # The fleet's h20 nodes (gpu-pool: h20) verified against the operator example, whose reconciler owns
+    # nvidia.com/mig.config there. The operator labelled h20-node-1 with its default before the reconciler came;
+    # on h20-node-2 a person set the same value.
+    fleet = cluster("fleet", context="fleet")
+    fleet.server.change_node("h20-node-1", {MIG: "all-disabled"}, manager="gpu-operator")
+    fleet.server.change_node("h20-node-2", {MIG: "all-disabled"}, manager="kubectl-label")
+    result = gpupolicy("cluster", "verify", "-p", OPERATOR_SPEC, "--kubeconfig", fleet.kubeconfig, "-O", "json")
+    findings = {(f["code"], f["subject"]): f for f in json.loads(result.out)["findings"]
+                if f["code"].startswith("node-label-")}
+    assert set(findings) == {("node-label-missing", "node/h20-node-1"), ("node-label-conflict", "node/h20-node-2")}
+    missing = findings[("node-label-missing", "node/h20-node-1")]
+    assert missing["message"].startswith("node h20-node-1 carries the GPU Operator's default "
+                                         "nvidia.com/mig.config=all-disabled, not h20: ")
+    assert "its reconciler runs" in missing["hint"]
+    assert "set by kubectl-label" in findings[("node-label-conflict", "node/h20-node-2")]["message"]
+
+
 def test_a_value_only_the_reconciler_owns_but_another_plan_gave_is_stale(cluster, gpupolicy):
     fleet = cluster("fleet", context="fleet")
     conflicts = fleet.server.managed["h20-node-1"].apply(

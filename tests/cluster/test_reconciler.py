@@ -19,7 +19,7 @@ from fake_apiserver import FakeApiServer, Fault, serve
 from cluster import reconciler, snapshot
 from compiler import compile_policy
 from policy.load import load_policy_or_raise
-from policy.node_labels import FIELD_MANAGER, LabelPlan, build_plan, plan_from_json
+from policy.node_labels import FIELD_MANAGER, ClassLabels, LabelPlan, build_plan, plan_from_json
 
 FLEET = ROOT / "examples" / "clusters" / "mixed-fleet" / "cluster.yaml"
 MIG = "nvidia.com/mig.config"
@@ -182,3 +182,79 @@ def test_the_command_reconciles_once_and_refuses_a_bad_plan(server: FakeApiServe
     plan.write_text("{}")
     result = gpupolicy("cluster", "reconcile-labels", "--plan", plan, "--once", "--kubeconfig", kubeconfig)
     assert result.code == 2 and "not a version 1 label plan" in result.err and "Traceback" not in result.err
+
+
+# --- the GPU Operator's defaults (deploy: gpu-operator) -----------------------------------------------------------
+
+OPERATOR_SPEC = ROOT / "examples" / "clusters" / "h20-mig" / "cluster.yaml"
+OPERATOR = "gpu-operator"  # the field manager the API server records for the operator's node writes
+
+
+def operator_plan() -> LabelPlan:
+    policy = load_policy_or_raise(OPERATOR_SPEC.read_text(), filename=str(OPERATOR_SPEC))
+    configmap = yaml.safe_load(compile_policy(policy)["node-labels/configmap.yaml"])
+    plan = plan_from_json(configmap["data"]["plan.json"])
+    assert plan.operator_defaults == {MIG: "all-disabled"}
+    return plan
+
+
+@pytest.fixture
+def operator_server() -> Iterator[FakeApiServer]:
+    nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {
+        "kubernetes.io/hostname": name, "gpu-pool": "h20"}}} for name in ("h20-1", "h20-2")]
+    with serve(FakeApiServer({"nodes": nodes}, build_recorded.TAKEN_AT)) as s:
+        yield s
+
+
+def test_the_operator_s_default_written_first_is_taken_over_not_reported(operator_server: FakeApiServer,
+                                                                        tmp_path: Path) -> None:
+    server = operator_server
+    # The operator labels a MIG-capable node that lacks nvidia.com/mig.config with its default before the
+    # reconciler gets to it (migManager.config.default: all-disabled, which the tree sets).
+    server.change_node("h20-1", {MIG: "all-disabled"}, manager=OPERATOR)
+    with running(server, tmp_path, operator_plan()) as worker:
+        eventually(lambda: server.labels("h20-1").get(MIG) == "h20" and server.labels("h20-2").get(MIG) == "h20")
+        # A node joining later, labelled by the operator in the same moment, goes the same way.
+        server.add_node(node("h20-3", None, **{"gpu-pool": "h20"}))
+        server.change_node("h20-3", {MIG: "all-disabled"}, manager=OPERATOR)
+        eventually(lambda: server.labels("h20-3").get(MIG) == "h20")
+        assert worker.metrics.registry.get_sample_value(
+            "gpupolicy_node_label_conflicts", {"node": "h20-1", "key": MIG}) is None
+    assert [e for e in server.events if e["reason"] == "LabelConflict"] == []
+    for name in ("h20-1", "h20-3"):
+        assert reconciler.label_owners(server.node(name))[MIG] == {FIELD_MANAGER}  # the operator's claim is gone
+    forced = [path for method, path in server.requests if method == "PATCH" and "force=true" in path]
+    assert forced and all("/nodes/h20-1" in p or "/nodes/h20-3" in p for p in forced)  # never where not needed
+
+
+def test_the_same_value_set_by_a_person_is_still_a_conflict(operator_server: FakeApiServer, tmp_path: Path) -> None:
+    server = operator_server
+    server.change_node("h20-1", {MIG: "all-disabled"}, manager="kubectl-label")
+    with running(server, tmp_path, operator_plan()):
+        eventually(lambda: server.labels("h20-2").get(MIG) == "h20")
+        eventually(lambda: any(e["reason"] == "LabelConflict" for e in server.events))
+    assert server.labels("h20-1")[MIG] == "all-disabled"
+    assert [e["involvedObject"]["name"] for e in server.events if e["reason"] == "LabelConflict"] == ["h20-1"]
+
+
+def test_standalone_trees_override_no_operator_value(server: FakeApiServer, tmp_path: Path) -> None:
+    # No operator runs beside a standalone tree: a writer calling itself gpu-operator is just another writer.
+    server.change_node("h100-mig-1", {MIG: "all-disabled"}, manager=OPERATOR)
+    plan = fleet_plan()
+    assert plan.operator_defaults == {}
+    with running(server, tmp_path, plan):
+        eventually(lambda: any(e["reason"] == "LabelConflict" for e in server.events))
+    assert server.labels("h100-mig-1")[MIG] == "all-disabled"
+
+
+def test_the_operator_s_deploy_label_default_is_overridden_too(operator_server: FakeApiServer, tmp_path: Path) -> None:
+    # A vgpu class under the operator needs nvidia.com/gpu.deploy.device-plugin=false; the operator writes true
+    # on every GPU node that lacks it (gpuStateLabels) and keeps whatever value it finds afterwards.
+    deploy = "nvidia.com/gpu.deploy.device-plugin"
+    server = operator_server
+    server.change_node("h20-1", {deploy: "true"}, manager=OPERATOR)
+    plan = LabelPlan("vgpu", (ClassLabels("vgpu", {"gpu-pool": "h20"}, {deploy: "false"}),),
+                     {deploy: "true"})
+    with running(server, tmp_path, plan):
+        eventually(lambda: server.labels("h20-1").get(deploy) == "false" == server.labels("h20-2").get(deploy))
+    assert [e for e in server.events if e["reason"] == "LabelConflict"] == []

@@ -33,6 +33,8 @@ CUSTOM_KINDS = {
     ("monitoring.coreos.com/v1", "PrometheusRule"),  # tests/compiler/test_monitoring_objects.py
     ("monitoring.coreos.com/v1", "ServiceMonitor"),
     ("monitoring.coreos.com/v1", "PodMonitor"),
+    ("helm.toolkit.fluxcd.io/v2", "HelmRelease"),  # tests/compiler/test_flux_target.py
+    ("source.toolkit.fluxcd.io/v1", "HelmRepository"),
 }
 
 

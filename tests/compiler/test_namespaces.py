@@ -12,7 +12,7 @@ import yaml
 from test_admission_manifests import restricted_violations
 
 from compiler import compile_policy
-from compiler.targets import gpu_operator, hami, namespaces
+from compiler.targets import flux, gpu_operator, hami, namespaces
 from compiler.tree import Tree
 from policy.model import ClusterGPUPolicy
 from policy.resolve import resolve
@@ -45,6 +45,7 @@ def test_every_namespace_an_object_names_is_created_by_the_tree_or_exists_in_eve
     foreign = set(namespaces.BUILT_IN)
     if policy.spec.device_plugin.deploy == "gpu-operator":
         foreign.add(policy.spec.device_plugin.operator.namespace)  # the operator's install creates it
+    foreign.add(flux.NAMESPACE)  # flux/ lives beside Flux's HelmReleases; Flux's install creates it
     used = {o["metadata"]["namespace"] for o in found if "namespace" in o["metadata"]}
     assert used - foreign == set(created), name
     assert not set(created) & foreign

@@ -140,7 +140,8 @@ def test_every_field_gpupolicy_sets_is_valid_in_every_release(example_policy: Lo
     validator(release, patch=True).validate(patch)
     assert undeclared(operator.crd_schema(release), patch) == []
     # The chart's templates/clusterpolicy.yaml copies each of these values to the same path under spec.
-    values = yaml.safe_load(compile_policy(example_policy("h20-mig", *edits))[gpu_operator.VALUES_FILE])
+    values = yaml.safe_load(compile_policy(example_policy("h20-mig", TAINTED, *edits))[gpu_operator.VALUES_FILE])
+    assert values["daemonsets"]["tolerations"]
     validator(release, patch=True).validate({"spec": values})
     assert undeclared(operator.crd_schema(release), {"spec": values}) == []
 
@@ -155,3 +156,25 @@ def test_the_patch_alone_cannot_create_a_cluster_policy(example_policy: Load) ->
         missing = sorted(m.split("'")[1] for m in errors)
         assert missing == ["daemonsets", "dcgm", "dcgmExporter", "driver", "gfd", "nodeStatusExporter", "operator",
                            "toolkit"], errors
+
+
+TAINTED = ("      nodes: 4\n", "      nodes: 4\n      taints:\n"
+           "        - {key: dedicated, value: inference, effect: NoSchedule}\n"
+           "        - {key: nvidia.com/gpu, effect: NoSchedule}\n")
+
+
+def test_helm_values_carry_the_classes_taints_as_the_operands_tolerations(example_policy: Load) -> None:
+    # The chart copies daemonsets.tolerations into ClusterPolicy spec.daemonsets.tolerations, which every operand
+    # DaemonSet carries (NVIDIA/gpu-operator@v25.3.0:deployments/gpu-operator/templates/clusterpolicy.yaml:52-53).
+    tree = compile_policy(example_policy("h20-mig", TAINTED))
+    values = yaml.safe_load(tree[gpu_operator.VALUES_FILE])
+    chart_default = installed("helm-v25.3.0.yaml", "helm").obj["spec"]["daemonsets"]["tolerations"]
+    # Helm replaces a list: the chart's own toleration stays, the one it already covers is not added twice.
+    assert values["daemonsets"] == {"tolerations": [
+        *chart_default, {"key": "dedicated", "operator": "Equal", "value": "inference", "effect": "NoSchedule"}]}
+    rendered = helm_rendered(values)
+    rendered["spec"]["daemonsets"]["tolerations"] = values["daemonsets"]["tolerations"]
+    validator(operator.release("v25.3.0")).validate(rendered)
+    report = tree["REPORT.md"].decode()
+    assert "sets daemonsets.tolerations" in report and "add the classes' taints" not in report
+    assert "daemonsets" not in yaml.safe_load(compile_policy(example_policy("h20-mig"))[gpu_operator.VALUES_FILE])

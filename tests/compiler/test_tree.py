@@ -150,8 +150,11 @@ def test_kustomizations_use_labels_never_common_labels_and_list_every_file(examp
         assert kustomization["resources"] == sorted(kustomization["resources"])
         listed = {f"{directory}/{r}" for r in kustomization["resources"]}
         assert listed == {p for p in tree if p.startswith(f"{directory}/") and not p.endswith("/kustomization.yaml")}
-    # monitoring/ is its own unit, applied with the monitoring stack (tests/compiler/test_monitoring_objects.py)
-    assert {p.split("/")[0] for p in tree if "/" in p} == {*top["resources"], "monitoring", "pictures"}
+    # monitoring/ is its own unit, applied with the monitoring stack (tests/compiler/test_monitoring_objects.py), and
+    # flux/ with Flux, wherever the tree has Helm values (tests/compiler/test_flux_target.py)
+    helm_values = {"hami-values.yaml", "gpu-operator-values.yaml"} & set(tree)
+    assert {p.split("/")[0] for p in tree if "/" in p} == {*top["resources"], "monitoring", "pictures",
+                                                          *(["flux"] if helm_values else [])}
 
 
 @pytest.mark.parametrize("name", ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"])

@@ -16,6 +16,9 @@ import pytest
 import yaml
 from external_tools import require_tool
 
+from compiler.targets import flux
+from policy.load import load_policy_or_raise
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 GITHUB = REPO / "examples" / "ci" / "github" / "gpupolicy.yaml"
@@ -24,7 +27,8 @@ GITOPS = REPO / "examples" / "gitops"
 OPERATIONS = REPO / "docs" / "operations.md"
 RUNBOOKS = REPO / "docs" / "runbooks.md"
 # The example clusters under the directory names the GitOps examples use.
-CLUSTER_DIRS = {"tke-prod": "tke-l20-t4", "h20-inference": "h20-mig", "mixed-fleet": "mixed-fleet"}
+CLUSTER_DIRS = {"tke-prod": "tke-l20-t4", "h20-inference": "h20-mig", "mixed-fleet": "mixed-fleet",
+                "vgpu-platform": "vgpu-platform"}
 TIMEOUT_SECONDS = 180
 
 
@@ -286,6 +290,8 @@ def _documents(path: Path) -> list[dict[str, Any]]:
 
 GITOPS_YAML = sorted(p for p in GITOPS.rglob("*.yaml"))
 FLUX_FILES = sorted((GITOPS / "flux").glob("*/gpupolicy.yaml"))
+# The Kustomization that applies a tree's flux/ (its Helm values), where the tree has one.
+HELM_KUSTOMIZATIONS = {"h20-inference": "gpupolicy-operator-values", "vgpu-platform": "gpupolicy-hami"}
 
 
 @pytest.mark.parametrize("path", GITOPS_YAML, ids=[str(p.relative_to(GITOPS)) for p in GITOPS_YAML])
@@ -301,8 +307,9 @@ def _kustomizations(path: Path) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("path", FLUX_FILES, ids=[p.parent.name for p in FLUX_FILES])
 def test_flux_applies_device_plugin_then_webhook_then_registration_with_prune_and_health_checks(path: Path) -> None:
     ks = _kustomizations(path)
-    assert list(ks) == ["gpupolicy-device-plugin", "gpupolicy-webhook", "gpupolicy-webhook-registration",
-                        "gpupolicy-monitoring"]
+    helm = HELM_KUSTOMIZATIONS.get(path.parent.name)
+    assert [k for k in ks if k != helm] == ["gpupolicy-device-plugin", "gpupolicy-webhook",
+                                            "gpupolicy-webhook-registration", "gpupolicy-monitoring"]
     for k in ks.values():
         assert k["apiVersion"] == "kustomize.toolkit.fluxcd.io/v1"
         assert k["spec"]["prune"] is True and k["spec"]["wait"] is True
@@ -341,6 +348,8 @@ def test_the_flux_kustomizations_partition_the_compiled_tree_exactly(
         built[name] = _build(kubectl, overlay)
     out = gitops_repo / "clusters" / path.parent.name / "out"
     whole = _build(kubectl, out) | _build(kubectl, out / "monitoring")
+    if (out / "flux").is_dir():
+        whole |= _build(kubectl, out / "flux")
     parts = list(built.values())
     assert set().union(*parts) == whole
     assert sum(len(p) for p in parts) == len(whole), "an object is applied by two Kustomizations"
@@ -350,6 +359,57 @@ def test_the_flux_kustomizations_partition_the_compiled_tree_exactly(
     assert ("Deployment", "gpupolicy-system", "gpupolicy-webhook") in built["gpupolicy-webhook"]
     # Node-side objects: plugins (standalone), or the operator's ConfigMaps and the label reconciler.
     assert any(kind in {"DaemonSet", "ClusterPolicy", "Deployment"} for kind, _, _ in built["gpupolicy-device-plugin"])
+
+
+def test_flux_installs_hami_before_the_tree_and_feeds_the_operator_release_after_it(gitops_repo: Path) -> None:
+    hami_ks = _kustomizations(GITOPS / "flux" / "vgpu-platform" / "gpupolicy.yaml")
+    assert hami_ks["gpupolicy-hami"]["spec"]["path"] == "./clusters/vgpu-platform/out/flux"
+    assert [d["name"] for d in hami_ks["gpupolicy-device-plugin"]["spec"]["dependsOn"]] == ["gpupolicy-hami"]
+    operator_ks = _kustomizations(GITOPS / "flux" / "h20-inference" / "gpupolicy.yaml")
+    values_ks = operator_ks["gpupolicy-operator-values"]
+    assert values_ks["spec"]["path"] == "./clusters/h20-inference/out/flux"
+    assert [d["name"] for d in values_ks["spec"]["dependsOn"]] == ["gpupolicy-device-plugin"]
+    # The operator's own HelmRelease reads the tree's ConfigMap last and optionally (it installs first).
+    documents = {d["kind"]: d for d in _documents(GITOPS / "flux" / "h20-inference" / "gpu-operator.yaml")}
+    release = documents["HelmRelease"]
+    assert release["spec"]["valuesFrom"][-1] == {"kind": "ConfigMap", "name": flux.OPERATOR_VALUES,
+                                                 "valuesKey": "values.yaml", "optional": True}
+    spec = yaml.safe_load((gitops_repo / "clusters" / "h20-inference" / "cluster.yaml").read_text())
+    assert release["spec"]["chart"]["spec"]["version"] == spec["spec"]["devicePlugin"]["operator"]["version"]
+    (configmap,) = _documents(gitops_repo / "clusters" / "h20-inference" / "out" / "flux" /
+                              "configmap-gpu-operator-values.yaml")
+    assert configmap["metadata"]["name"] == flux.OPERATOR_VALUES
+    assert configmap["metadata"]["namespace"] == release["metadata"]["namespace"]
+
+
+@pytest.mark.parametrize(("file", "cluster", "values"), [
+    ("application-hami.yaml", "vgpu-platform", "hami-values.yaml"),
+    ("application-gpu-operator.yaml", "h20-inference", "gpu-operator-values.yaml"),
+])
+def test_argo_cd_renders_each_chart_with_the_tree_s_values_last(file: str, cluster: str, values: str,
+                                                                gitops_repo: Path) -> None:
+    (app,) = _documents(GITOPS / "argocd" / file)
+    chart, ref = app["spec"]["sources"]
+    assert ref["ref"] == "values" and ref["repoURL"] == chart_repo_of_the_tree_app()
+    last = chart["helm"]["valueFiles"][-1]
+    assert last == f"$values/clusters/{cluster}/out/{values}"
+    assert (gitops_repo / last.removeprefix("$values/")).is_file()
+    path = gitops_repo / "clusters" / cluster / "cluster.yaml"
+    spec = load_policy_or_raise(path.read_text(), filename=str(path)).spec
+    if values == "hami-values.yaml":
+        assert chart["targetRevision"] == spec.hami.chart_version
+        assert (chart["helm"]["releaseName"], app["spec"]["destination"]["namespace"]) == (
+            spec.hami.release_name, spec.hami.namespace)
+        assert int(app["metadata"]["annotations"]["argocd.argoproj.io/sync-wave"]) < 0  # before the tree
+    else:
+        operator = spec.device_plugin.operator
+        assert (chart["targetRevision"], app["spec"]["destination"]["namespace"]) == (operator.version,
+                                                                                       operator.namespace)
+
+
+def chart_repo_of_the_tree_app() -> str:
+    (app,) = _documents(GITOPS / "argocd" / "application.yaml")
+    return str(app["spec"]["source"]["repoURL"])
 
 
 def test_argo_cd_applies_the_monitoring_of_a_tree_as_its_own_application(gitops_repo: Path) -> None:

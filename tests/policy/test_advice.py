@@ -201,6 +201,26 @@ def test_time_sliced_mig_profiles_too_small_per_replica_are_warned_at_the_profil
     ]
 
 
+@pytest.mark.parametrize("sharing", ["{timeSlicing: {replicas: 8}}",
+                                     "{mig: {layout: {1g.10gb: 7}, timeSlicing: {1g.10gb: 4}}}"])
+def test_the_share_per_replica_is_the_offer_s_slot_memory(sharing: str) -> None:
+    # One figure for what a slot can count on: the offer's, which admission, REPORT.md and the pictures show.
+    from policy.resolve import resolve
+
+    model = "T4" if "timeSlicing: {replicas" in sharing else "H100"
+    policy = policy_of(f"""\
+        nodeClasses:
+          - name: c
+            nodeSelector: {{pool: c}}
+            gpu: {{model: {model}, count: 1}}
+            sharing: {sharing}
+        """)
+    (offer,) = [o for o in resolve(policy).classes[0].offers if o.shared]
+    (finding,) = advice.advise(policy)
+    assert f"= {offer.slot_memory_mib} MiB per replica" in finding.message, finding.message
+    assert f"/ {offer.replicas} replicas" in finding.message
+
+
 def test_disabling_fail_requests_greater_than_one_is_an_info_at_the_flag() -> None:
     body = classes("""\
         - name: l20
