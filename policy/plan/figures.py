@@ -91,7 +91,9 @@ COMPATIBILITY: dict[str, float] = {
 @dataclass(frozen=True)
 class Weights:
     """Weights of seed 001's four dimensions.  Seed 001 turns the choice into a weighted average of isolation,
-    performance overhead, compatibility and cost but gives no numbers, so each weighs the same by default."""
+    performance overhead, compatibility and cost but gives no numbers, so each weighs the same by default.
+    The dimensions are made so equal weights answer sensibly: isolation counts only for production processes
+    and cost is GPU-time, so time-slicing wins where it is cheaper and good enough (scoring.py)."""
 
     isolation: float = 0.25
     overhead: float = 0.25
