@@ -29,9 +29,9 @@ DIMENSIONS = ("isolation", "overhead", "compatibility", "cost")
 
 #: Slowdown a mode adds on top of compute contention, as a fraction of run time (1 + overhead).  Where a
 #: source gives a range, the default is its midpoint.
-#: - time-slicing 10-15 %: context switches between processes (seed 003, from NVIDIA's GPU Operator
-#:   time-slicing page); paid only while two or more processes share the GPU.
-#: - MIG 2-3 %: "close to a physical GPU" (seed 003, from NVIDIA's MIG user guide).
+#: - time-slicing 10-15 %: context switches between processes (seed 003's comparison table, its own estimate;
+#:   NVIDIA's time-slicing documentation states no figure); paid only while two or more processes share the GPU.
+#: - MIG 2-3 %: "close to a physical GPU" (seed 003's comparison table, its own estimate).
 #: - vGPU 5-10 %: the software virtualisation layer intercepting driver calls (seed 001).
 #: - MPS 0 %: the MPS server shares one set of scheduling resources between its clients, "eliminating the
 #:   overhead of swapping" (NVIDIA, Multi-Process Service guide, "Reduced GPU context switching").
