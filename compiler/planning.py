@@ -226,8 +226,8 @@ def _recommended_picture(c: ClassPlan, best: Evaluation) -> bytes:
     enforced = cand.mode in ("exclusive", "mps", "vgpu")
     gpus = best.packing.gpus or 1
     return pictures.slots(f"{target.name}: recommended {cand.label}", [
-        pictures.SlotRow(f"before: {gpus} GPU(s) exclusive", gpus, 1, memory),
-        pictures.SlotRow(f"after: {cand.label}", gpus, replicas, per_slot, enforced)],
+        pictures.SlotRow(f"before: {gpus} GPU(s) exclusive", gpus, 1, memory, scope="in all"),
+        pictures.SlotRow(f"after: {cand.label}", gpus, replicas, per_slot, enforced, scope="in all")],
         subtitle=f"{len(best.packing.placement)} process(es) of the inventory; memory per slot as a pod can "
                  "count on it")
 
