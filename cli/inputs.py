@@ -47,14 +47,16 @@ def _unreadable(span: Span, why: str, hint: str) -> Diagnostic:
     return Diagnostic("unreadable-file", f"{span.file} {why}", (), hint, span=span)
 
 
-def load_spec(path: str) -> tuple[ResolvedPolicy | None, tuple[Diagnostic, ...]]:
+def load_spec(path: str, *, text: str | None = None) -> tuple[ResolvedPolicy | None, tuple[Diagnostic, ...]]:
     """The checked policy in a spec file, resolved (None unless it has no error), and every finding, located.
 
     Each command decides what the findings mean for it: the spec is the subject of validate, compile and
-    explain, but an input of admit, test and cluster verify."""
+    explain, but an input of admit, test and cluster verify.  ``text``: the file's text when already read (stdin
+    can be read only once)."""
     from policy.load import load_policy
 
-    text = read_text(path)
+    if text is None:
+        text = read_text(path)
     if isinstance(text, Diagnostic):
         return None, (text,)
     result = load_policy(text, filename=path)

@@ -108,7 +108,7 @@ REPORTER_BY_NAME: dict[str, Callable[[Report], str]] = {
 }
 
 
-def load_or_report(path: str) -> ResolvedPolicy | int:
+def load_or_report(path: str, *, text: str | None = None) -> ResolvedPolicy | int:
     """The checked policy in `path`, resolved, or the exit code after printing its diagnostics to stderr (as
     `validate` words them): 2 when it cannot be read or parsed, 1 for any other error.  Warnings are
     printed too and do not stop the command."""
@@ -116,7 +116,7 @@ def load_or_report(path: str) -> ResolvedPolicy | int:
 
     from cli.inputs import load_spec
 
-    policy, found = load_spec(path)
+    policy, found = load_spec(path, text=text)
     report = Report(list(found), files=1)
     if found:
         sys.stderr.write(render_text(report))

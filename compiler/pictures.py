@@ -41,6 +41,20 @@ def _num(value: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
+def _text_width(content: str, size: float, *, bold: bool = False) -> float:
+    """A generous estimate of a text's width: DejaVu Sans, the first font asked for, averages about 0.55 em a
+    character (0.62 em bold) over mixed text; no font metrics are at hand when the picture is built."""
+    return len(content) * size * (0.7 if bold else 0.62)
+
+
+def _fit(content: str, size: float, room: float, *, bold: bool = False) -> str:
+    """``content``, cut with an ellipsis where it would not fit ``room`` pixels."""
+    if _text_width(content, size, bold=bold) <= room:
+        return content
+    keep = max(int(room / (size * (0.7 if bold else 0.62))) - 1, 0)
+    return content[:keep].rstrip() + "…"
+
+
 class _Canvas:
     def __init__(self, height: float, title: str) -> None:
         self.root = ET.Element("svg", {"xmlns": SVG_NS, "version": "1.1", "width": _num(WIDTH),
@@ -48,7 +62,7 @@ class _Canvas:
                                        "font-family": FONT})
         ET.SubElement(self.root, "title").text = title
         self.rect(0, 0, WIDTH, height, "#ffffff")
-        self.text(16, 26, title, size=15, weight="bold")
+        self.text(16, 26, _fit(title, 15, WIDTH - 32, bold=True), size=15, weight="bold")
 
     def rect(self, x: float, y: float, w: float, h: float, fill: str, *, stroke: str | None = None,
              dashed: bool = False, tip: str | None = None) -> None:
@@ -162,40 +176,56 @@ class SlotRow:
     memory_mib: int
     """Memory one slot can count on."""
     enforced: bool = True
+    scope: str = "per node"
+    """What the devices are counted over, for the slot count under the label."""
+
+
+LABEL_ROOM = (200, 360)
+"""The boxes start where the longest row label ends, at least 200 and at most 360 pixels in."""
 
 
 def slots(title: str, rows: Sequence[SlotRow], *, subtitle: str = "") -> bytes:
     """One row per resource: each device a box, split into its slots, each labelled with its memory."""
-    height = 70 + 74 * len(rows) + 26
+    unenforced = any(not row.enforced for row in rows)
+    height = 70 + 74 * len(rows) + (26 if unenforced else 8)
     canvas = _Canvas(height, title)
     if subtitle:
-        canvas.text(16, 46, subtitle, size=11, fill=MUTED)
-    left, width = 200, WIDTH - 216
-    for r, row in enumerate(rows):
+        canvas.text(16, 46, _fit(subtitle, 11, WIDTH - 32), size=11, fill=MUTED)
+    counts = [f"{row.devices * row.replicas} slot(s) {row.scope}" for row in rows]
+    widest = max((max(_text_width(row.label, 12, bold=True), _text_width(count, 11))
+                  for row, count in zip(rows, counts, strict=True)), default=0.0)
+    left = min(max(LABEL_ROOM[0], 16 + widest + 16), LABEL_ROOM[1])
+    width = WIDTH - left - 16
+    for r, (row, count) in enumerate(zip(rows, counts, strict=True)):
         top = 62 + 74 * r
-        canvas.text(16, top + 26, row.label, size=12, weight="bold")
-        canvas.text(16, top + 44, f"{row.devices * row.replicas} slot(s) per node", size=11, fill=MUTED)
-        devices = max(row.devices, 1)
-        gap = 6 if devices > 1 else 0
-        box = (width - gap * (devices - 1)) / devices
-        colour = PALETTE[r % len(PALETTE)]
-        for d in range(min(devices, 64)):
-            x = left + d * (box + gap)
-            canvas.rect(x, top + 8, box, 50, "#f3f4f6", stroke="#d2d6dc")
-            cell = box / row.replicas
-            for s in range(row.replicas):
-                canvas.rect(x + s * cell + 1, top + 10, cell - 2, 46, colour, stroke=INK, dashed=not row.enforced,
-                            tip=f"{row.memory_mib} MiB" + ("" if row.enforced else " (not enforced)"))
-                if cell >= 52 and devices * row.replicas <= 16:
-                    canvas.text(x + (s + 0.5) * cell, top + 38, f"{row.memory_mib} MiB" + ("" if row.enforced
-                                                                                         else "*"),
-                                size=10, anchor="middle", fill="#ffffff")
-        if not (box / row.replicas >= 52 and devices * row.replicas <= 16):
-            canvas.text(left + width, top + 70, f"{row.memory_mib} MiB per slot" + ("" if row.enforced else "*"),
-                        size=10, anchor="end", fill=MUTED)
-    canvas.text(16, height - 10, "* not enforced: the slots of one device share its memory with no limit "
-                "(dashed boxes)", size=10, fill=MUTED)
+        canvas.text(16, top + 26, _fit(row.label, 12, left - 32, bold=True), size=12, weight="bold")
+        canvas.text(16, top + 44, _fit(count, 11, left - 32), size=11, fill=MUTED)
+        _slot_row(canvas, row, top, left, width, PALETTE[r % len(PALETTE)])
+    if unenforced:
+        canvas.text(16, height - 10, "* not enforced: the slots of one device share its memory with no limit "
+                    "(dashed boxes)", size=10, fill=MUTED)
     return canvas.bytes()
+
+
+def _slot_row(canvas: _Canvas, row: SlotRow, top: float, left: float, width: float, colour: str) -> None:
+    devices = max(row.devices, 1)
+    gap = 6 if devices > 1 else 0
+    box = (width - gap * (devices - 1)) / devices
+    mark = "" if row.enforced else "*"
+    cell = box / row.replicas
+    inside = f"{row.memory_mib} MiB{mark}"
+    labelled = devices * row.replicas <= 16 and _text_width(inside, 10) <= cell - 6
+    for d in range(min(devices, 64)):
+        x = left + d * (box + gap)
+        canvas.rect(x, top + 8, box, 50, "#f3f4f6", stroke="#d2d6dc")
+        for s in range(row.replicas):
+            canvas.rect(x + s * cell + 1, top + 10, cell - 2, 46, colour, stroke=INK, dashed=not row.enforced,
+                        tip=f"{row.memory_mib} MiB" + ("" if row.enforced else " (not enforced)"))
+            if labelled:
+                canvas.text(x + (s + 0.5) * cell, top + 38, inside, size=10, anchor="middle", fill="#ffffff")
+    if not labelled:
+        canvas.text(left + width, top + 70, f"{row.memory_mib} MiB per slot{mark}", size=10, anchor="end",
+                    fill=MUTED)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -217,7 +247,9 @@ def scores(title: str, bars: Sequence[Bar], *, scale: float = 100.0, subtitle: s
     canvas = _Canvas(height, title)
     if subtitle:
         canvas.text(16, 46, subtitle, size=11, fill=MUTED)
-    left, width = 300, WIDTH - 380
+    left = 300
+    totals = [f"{scale:.1f}" + (f"  {bar.note}" if bar.note else "") for bar in bars]
+    width = WIDTH - left - 16 - 6 - max((_text_width(t, 11) for t in totals), default=0.0)
     names = list(dict.fromkeys(name for bar in bars for name, _ in bar.parts))
     for n, name in enumerate(names):
         x = left + n * 110
@@ -225,7 +257,7 @@ def scores(title: str, bars: Sequence[Bar], *, scale: float = 100.0, subtitle: s
         canvas.text(x + 16, 66, name, size=11)
     for b, bar in enumerate(bars):
         top = 80 + 26 * b
-        canvas.text(16, top + 15, bar.label[:44], size=11)
+        canvas.text(16, top + 15, _fit(bar.label, 11, left - 24), size=11)
         x = left
         for n, (name, value) in enumerate(bar.parts):
             w = width * value / scale
@@ -249,7 +281,7 @@ def simulation(title: str, rows: Sequence[tuple[str, float | None, float, str]],
     canvas.text(540, 68, "utilization", size=11, weight="bold")
     for r, (label, makespan, utilization, note) in enumerate(rows):
         top = 80 + 26 * r
-        canvas.text(16, top + 15, label[:44], size=11)
+        canvas.text(16, top + 15, _fit(label, 11, 300 - 24), size=11)
         if makespan is None:
             canvas.text(300, top + 15, note or "does not finish", size=11, fill="#b5545c")
         else:

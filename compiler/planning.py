@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from compiler import pictures
+from compiler import pictures, serialize
 from policy import mig
 from policy.plan.figures import DIMENSIONS
 from policy.plan.recommend import ClassPlan, Plan, sharing_fragment
@@ -112,25 +112,39 @@ def render_text(plan: Plan, *, top: int | None = DEFAULT_TOP) -> str:
         hidden = len(c.evaluations) - len(rows) + 1
         if hidden > 0:
             lines.append(f"  ... {hidden} more (--all)")
-        lines += _recommendation(c, plan, bullet="  ")
+        lines += _recommendation(c, plan, markdown=False)
         lines.append("")
     lines += [f"note: {n}" for n in plan.notes]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _recommendation(c: ClassPlan, plan: Plan, *, bullet: str) -> list[str]:
+def _recommendation(c: ClassPlan, plan: Plan, *, markdown: bool) -> list[str]:
+    """The recommendation, its reasons, the spec fragment that configures it, why each other mode lost and the
+    simulation: indented lines for the terminal, a list with nested items and a YAML block for Markdown."""
+    item, sub = ("- ", "  - ") if markdown else ("  ", "    - ")
     best = c.best
     if best is None:
-        return [f"{bullet}no recommendation: no candidate hosts these workloads within the class"]
-    out = [f"{bullet}recommended: {best.candidate.label} (score {best.score:.1f})"]
-    out += [f"{bullet}  - {r}" for r in best.reasons]
-    out += [f"{bullet}why not {mode}: {why}" for mode, why in c.why_not()]
+        return [f"{item}no recommendation: no candidate hosts these workloads within the class"]
+    out = [f"{item}recommended: {best.candidate.label} (score {best.score:.1f})"]
+    out += [f"{sub}{r}" for r in best.reasons]
+    out += _fragment(c, plan, markdown=markdown)
+    out += [f"{item}why not {mode}: {why}" for mode, why in c.why_not()]
     for s in c.simulations:
         finish = f"makespan {s.makespan_s:.1f} s" if s.makespan_s is not None else (
             f"{len(s.unplaceable)} task(s) cannot run")
-        out.append(f"{bullet}simulated {s.label}: {finish}, utilization {s.utilization:.1%}, "
+        out.append(f"{item}simulated {s.label}: {finish}, utilization {s.utilization:.1%}, "
                    f"{s.completed} done" + (f", {s.ooms} OOM(s)" if s.ooms else ""))
     return out
+
+
+def _fragment(c: ClassPlan, plan: Plan, *, markdown: bool) -> list[str]:
+    """The class's ``sharing`` as it goes into the spec (under ``spec.nodeClasses[]``), ready to copy."""
+    assert c.best is not None
+    where = f"class {c.target.name}" if c.target.class_index is not None else "a class of these GPUs"
+    yaml = serialize.dump_yaml({"sharing": sharing_fragment(c.best, plan.figures)}).decode("utf-8").splitlines()
+    if markdown:
+        return ["", f"Spec fragment for {where}:", "", "```yaml", *yaml, "```", ""]
+    return [f"  spec fragment for {where}:", *(f"    {line}" for line in yaml)]
 
 
 def render_markdown(plan: Plan, *, top: int | None = DEFAULT_TOP, pictures_dir: str | None = None) -> str:
@@ -146,7 +160,7 @@ def render_markdown(plan: Plan, *, top: int | None = DEFAULT_TOP, pictures_dir: 
         lines.append("|" + "---|" * len(rows[0]))
         lines += ["| " + " | ".join(r) + " |" for r in rows[1:]]
         lines.append("")
-        lines += _recommendation(c, plan, bullet="- ")
+        lines += _recommendation(c, plan, markdown=True)
         if pictures_dir is not None:
             lines.append("")
             lines += [f"![{name}]({pictures_dir}/{name})" for name in sorted(_class_pictures(c, plan))]
@@ -212,8 +226,8 @@ def _recommended_picture(c: ClassPlan, best: Evaluation) -> bytes:
     enforced = cand.mode in ("exclusive", "mps", "vgpu")
     gpus = best.packing.gpus or 1
     return pictures.slots(f"{target.name}: recommended {cand.label}", [
-        pictures.SlotRow(f"before: {gpus} GPU(s) exclusive", gpus, 1, memory),
-        pictures.SlotRow(f"after: {cand.label}", gpus, replicas, per_slot, enforced)],
+        pictures.SlotRow(f"before: {gpus} GPU(s) exclusive", gpus, 1, memory, scope="in all"),
+        pictures.SlotRow(f"after: {cand.label}", gpus, replicas, per_slot, enforced, scope="in all")],
         subtitle=f"{len(best.packing.placement)} process(es) of the inventory; memory per slot as a pod can "
                  "count on it")
 

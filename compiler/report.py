@@ -19,8 +19,8 @@ from policy.resolve import GPU, Offer, ResolvedClass, ResolvedPolicy
 REPORT_VERSION = 2
 EXCLUSIVE = GPU
 
-# Overhead per sharing mode, as seed 003 measured and sourced it (NVIDIA MIG user guide r580, GPU Operator
-# time-slicing page): time-slicing pays context switches, MIG almost nothing, MPS shares one context.
+# Overhead per sharing mode, as seed 003 estimated it from its production rollout (NVIDIA's MIG and time-slicing
+# pages state no percentage): time-slicing pays context switches, MIG almost nothing, MPS shares one context.
 OVERHEAD = {
     "exclusive": "0% (one pod owns the GPU)",
     "time-slicing": "~10-15% (context switching between processes)",

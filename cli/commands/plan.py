@@ -68,11 +68,11 @@ def run(args: argparse.Namespace) -> int:
     targets = _targets(args, figures)
     if isinstance(targets, int):
         return targets
-    resolved, targets = targets
+    resolved, targets, spec_text = targets
     inventory = _inventory(args, resolved)
     if isinstance(inventory, int):
         return inventory
-    return _plan(args, resolved, targets, inventory, figures) or ExitCode.OK
+    return _plan(args, spec_text, targets, inventory, figures) or ExitCode.OK
 
 
 def _usage(message: str) -> int:
@@ -101,21 +101,30 @@ def _modes(args: argparse.Namespace) -> tuple[Any, ...] | str:
     return f"--modes: unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}" if unknown else asked
 
 
-def _targets(args: argparse.Namespace, figures: Figures) -> tuple[ResolvedPolicy | None, tuple[Target, ...]] | int:
-    from cli.reporters import load_or_report
+def _targets(args: argparse.Namespace, figures: Figures
+             ) -> tuple[ResolvedPolicy | None, tuple[Target, ...], str | None] | int:
+    """The targets to plan for, with the spec they come from and its text (None for --gpu), or an exit code."""
+    from cli.inputs import read_text
+    from cli.reporters import Report, load_or_report, render_text
     from policy import sizing
+    from policy.diagnostics import Diagnostic
     from policy.plan import candidates
 
     modes = _modes(args)
     if isinstance(modes, str):
         return _usage(modes)
     if args.policy:
-        resolved = load_or_report(args.policy)
+        # Read once (it may be stdin): a draft edits this text.
+        text = read_text(args.policy)
+        if isinstance(text, Diagnostic):
+            sys.stderr.write(render_text(Report([text], files=1)))
+            return 2
+        resolved = load_or_report(args.policy, text=text)
         if isinstance(resolved, int):
             return 2  # the spec is an input here: a broken one is bad input
         # HAMi runs where the spec says how (spec.hami) or already has a vgpu class.
         hami = "hami" in resolved.spec.model_fields_set or bool(resolved.vgpu_classes) or "vgpu" in (args.modes or "")
-        return resolved, candidates.targets_for_policy(resolved, modes=modes, vgpu=hami)
+        return resolved, candidates.targets_for_policy(resolved, modes=modes, vgpu=hami), text
     found = []
     for name in args.gpu:
         target = candidates.target_for_model(name, modes=modes)
@@ -129,7 +138,7 @@ def _targets(args: argparse.Namespace, figures: Figures) -> tuple[ResolvedPolicy
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
                 return _usage(f"--gpu {name!r} is neither a GPU model of the catalog nor a memory size{hint}")
         found.append(target)
-    return None, tuple(found)
+    return None, tuple(found), None
 
 
 def _inventory(args: argparse.Namespace, resolved: ResolvedPolicy | None) -> Any:
@@ -254,8 +263,9 @@ def _with_random_tasks(result: Any, n: int, seed: int) -> Any:
     return inventory.Inventory((*result.workloads, *extra), result.notes)
 
 
-def _plan(args: argparse.Namespace, resolved: ResolvedPolicy | None, targets: tuple[Target, ...], inventory: Any,
+def _plan(args: argparse.Namespace, spec_text: str | None, targets: tuple[Target, ...], inventory: Any,
           figures: Figures) -> int:
+    from cli import spec_edit
     from compiler import planning, serialize
     from policy.plan import recommend
 
@@ -264,9 +274,9 @@ def _plan(args: argparse.Namespace, resolved: ResolvedPolicy | None, targets: tu
     if args.pictures and _write_pictures(args.pictures, planning.plan_pictures(plan)):
         return 2
     if args.draft:
-        assert resolved is not None
-        data = resolved.policy.model_dump(by_alias=True, exclude_unset=True, mode="json")
-        text = serialize.dump_yaml(recommend.draft_spec(data, plan)).decode("utf-8")
+        assert spec_text is not None
+        sharing, sections = recommend.draft_changes(plan)
+        text = spec_edit.edit_spec(spec_text, sharing, sections)
         sys.stdout.write(text)
         return _check_draft(text) or (0 if plan.complete else 1)
     if args.output == "json":

@@ -29,9 +29,9 @@ DIMENSIONS = ("isolation", "overhead", "compatibility", "cost")
 
 #: Slowdown a mode adds on top of compute contention, as a fraction of run time (1 + overhead).  Where a
 #: source gives a range, the default is its midpoint.
-#: - time-slicing 10-15 %: context switches between processes (seed 003, from NVIDIA's GPU Operator
-#:   time-slicing page); paid only while two or more processes share the GPU.
-#: - MIG 2-3 %: "close to a physical GPU" (seed 003, from NVIDIA's MIG user guide).
+#: - time-slicing 10-15 %: context switches between processes (seed 003's comparison table, its own estimate;
+#:   NVIDIA's time-slicing documentation states no figure); paid only while two or more processes share the GPU.
+#: - MIG 2-3 %: "close to a physical GPU" (seed 003's comparison table, its own estimate).
 #: - vGPU 5-10 %: the software virtualisation layer intercepting driver calls (seed 001).
 #: - MPS 0 %: the MPS server shares one set of scheduling resources between its clients, "eliminating the
 #:   overhead of swapping" (NVIDIA, Multi-Process Service guide, "Reduced GPU context switching").
@@ -91,7 +91,9 @@ COMPATIBILITY: dict[str, float] = {
 @dataclass(frozen=True)
 class Weights:
     """Weights of seed 001's four dimensions.  Seed 001 turns the choice into a weighted average of isolation,
-    performance overhead, compatibility and cost but gives no numbers, so each weighs the same by default."""
+    performance overhead, compatibility and cost but gives no numbers, so each weighs the same by default.
+    The dimensions are made so equal weights answer sensibly: isolation counts only for production processes
+    and cost is GPU-time, so time-slicing wins where it is cheaper and good enough (scoring.py)."""
 
     isolation: float = 0.25
     overhead: float = 0.25

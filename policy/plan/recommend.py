@@ -14,7 +14,8 @@ from policy.plan.figures import DIMENSIONS, MODES, Figures
 from policy.plan.inventory import Inventory, Workload
 from policy.plan.scoring import Evaluation, evaluate
 
-__all__ = ["HAMI_DEFAULTS", "ClassPlan", "Plan", "class_fragment", "draft_spec", "make_plan", "sharing_fragment"]
+__all__ = ["HAMI_DEFAULTS", "ClassPlan", "Plan", "class_fragment", "draft_changes", "draft_spec", "make_plan",
+           "sharing_fragment"]
 
 #: The cluster-wide HAMi settings a spec with a vgpu class needs (names fixed with the vgpu mode's spec).
 HAMI_DEFAULTS = {"namespace": "kube-system", "schedulerName": "hami-scheduler"}
@@ -174,18 +175,24 @@ def uses_vgpu(plan: Plan) -> bool:
     return any(c.best is not None and c.best.candidate.mode == "vgpu" for c in plan.classes)
 
 
+def draft_changes(plan: Plan) -> tuple[dict[int, Any], dict[str, Any]]:
+    """What a draft changes in the spec: per planned class (by index) its new sharing, and the sections to add
+    where the spec has none (HAMi's, when a class gets vGPU)."""
+    sharing = {c.target.class_index: sharing_fragment(c.best, plan.figures) for c in plan.classes
+               if c.target.class_index is not None and c.best is not None and c.workloads}
+    return sharing, ({"hami": dict(HAMI_DEFAULTS)} if uses_vgpu(plan) else {})
+
+
 def draft_spec(spec: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
     """``spec`` (a ClusterGPUPolicy as data, e.g. a `cluster discover` draft) with every planned class's sharing
     replaced by the recommendation, and HAMi's section added when a class gets vGPU."""
     out = copy.deepcopy(dict(spec))
+    sharing, sections = draft_changes(plan)
     classes = out.get("spec", {}).get("nodeClasses", [])
-    for class_plan in plan.classes:
-        index = class_plan.target.class_index
-        if index is None or class_plan.best is None or not class_plan.workloads:
-            continue
-        classes[index]["sharing"] = sharing_fragment(class_plan.best, plan.figures)
-    if uses_vgpu(plan):
-        out["spec"].setdefault("hami", dict(HAMI_DEFAULTS))
+    for index, value in sharing.items():
+        classes[index]["sharing"] = value
+    for key, value in sections.items():
+        out["spec"].setdefault(key, value)
     return out
 
 

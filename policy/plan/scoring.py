@@ -69,6 +69,12 @@ class Evaluation:
         return self.packing.gpus <= total
 
     @property
+    def gpu_time(self) -> float | None:
+        """GPUs needed x mean slowdown: the GPUs' worth the inventory occupies, as a slowed process holds its slot
+        longer (a batch job) or needs proportionally more replicas to serve the same load (a service)."""
+        return None if self.packing.gpus is None else self.packing.gpus * self.mean_slowdown
+
+    @property
     def recommendable(self) -> bool:
         return self.hostable and self.fits is not False and self.oom.level != "high"
 
@@ -89,20 +95,21 @@ class Evaluation:
 
 def evaluate(target: Target, workloads: Sequence[Workload], figures: Figures,
              candidates: Sequence[Candidate]) -> tuple[Evaluation, ...]:
-    """Every candidate evaluated and ranked (best first); cost is relative to the cheapest hostable one."""
+    """Every candidate evaluated and ranked (best first); cost is relative to the cheapest candidate, the one
+    occupying the fewest GPUs' worth (GPUs needed x mean slowdown) among those that could be recommended."""
     packed = [(c, pack(target, c, workloads, figures.reserve_percent)) for c in candidates]
     first = [_evaluate(target, c, p, workloads, figures, None) for c, p in packed]
     cheapest = _cheapest(first)
     return rank([_evaluate(target, c, p, workloads, figures, cheapest) for c, p in packed])
 
 
-def _cheapest(evaluations: Sequence[Evaluation]) -> int | None:
-    """The fewest GPUs among the candidates that could be recommended (without a production workload sharing
-    memory, if any is), so a candidate ruled out anyway does not make the others look expensive."""
+def _cheapest(evaluations: Sequence[Evaluation]) -> float | None:
+    """The fewest GPUs' worth among the candidates that could be recommended (without a production workload
+    sharing memory, if any is), so a candidate ruled out anyway does not make the others look expensive."""
     pools = ([e for e in evaluations if e.recommendable and not e.violations],
              [e for e in evaluations if e.recommendable], [e for e in evaluations if e.hostable])
     pool = next((p for p in pools if p), [])
-    return min((e.packing.gpus for e in pool if e.packing.gpus is not None), default=None)
+    return min((e.gpu_time for e in pool if e.gpu_time is not None), default=None)
 
 
 def rank(evaluations: Sequence[Evaluation]) -> tuple[Evaluation, ...]:
@@ -110,17 +117,20 @@ def rank(evaluations: Sequence[Evaluation]) -> tuple[Evaluation, ...]:
 
 
 def _evaluate(target: Target, candidate: Candidate, packing: Packing, workloads: Sequence[Workload],
-              figures: Figures, cheapest: int | None) -> Evaluation:
+              figures: Figures, cheapest: float | None) -> Evaluation:
     placement = packing.placement
     slowdowns = _slowdowns(candidate, placement, figures) if placement else {}
     per_process = [slowdowns[p.workload.label] for _, p in placement]
     mean = sum(per_process) / len(per_process) if per_process else 1.0
     isolation = _isolation(candidate, placement)
-    cost = (cheapest / packing.gpus) if packing.gpus and cheapest else 0.0
+    cost = min(1.0, cheapest / (packing.gpus * mean)) if packing.gpus and cheapest else 0.0
     dims = {"isolation": isolation, "overhead": 1 / mean, "compatibility": COMPATIBILITY[candidate.mode],
             "cost": cost}
     weights = figures.weights.normalised().as_dict()
-    contributions = {d: round(100 * weights[d] * dims[d], 2) for d in DIMENSIONS}
+    # A candidate that cannot host the inventory scores nothing in any dimension: its score is 0, and so is
+    # every part of it the pictures stack.
+    contributions = {d: round(100 * weights[d] * dims[d], 2) if packing.gpus is not None else 0.0
+                     for d in DIMENSIONS}
     oom = _oom(target, candidate, workloads, figures)
     violations = _violations(candidate, placement)
     evaluation = Evaluation(
@@ -192,9 +202,14 @@ def _isolation_of(candidate: Candidate, slot: Slot) -> Isolation:
 
 
 def _isolation(candidate: Candidate, placement: Sequence[tuple[Slot, Process]]) -> float:
+    """Mean over processes of the isolation each needs and gets: a production process needs memory, fault and
+    compute isolation (seed 001: the tenant who needs hard isolation for an SLA); any other process needs none
+    beyond what contention costs it, which the overhead dimension measures (at the worst case for the
+    latency-sensitive), so it counts as fully served (seed 001: the answer depends on who the tenant is)."""
     if not placement:
-        return ISOLATION[candidate.mode].score
-    return sum(_isolation_of(candidate, s).score for s, _ in placement) / len(placement)
+        return 1.0
+    return sum(_isolation_of(candidate, s).score if p.workload.production else 1.0
+               for s, p in placement) / len(placement)
 
 
 def _violations(candidate: Candidate, placement: Sequence[tuple[Slot, Process]]) -> tuple[str, ...]:

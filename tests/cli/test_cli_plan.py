@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
+
+import pytest
+import yaml
 
 from cli.main import main
 
@@ -28,7 +33,39 @@ def test_text_and_markdown_name_the_reasons(capsys) -> None:
     text = capsys.readouterr().out
     assert "recommended: time-slicing x8" in text and "why not mps: not evaluated" in text
     assert main(["plan", "-p", TKE, TKE_INVENTORY, "-O", "markdown"]) == 0
-    assert capsys.readouterr().out.startswith("# GPU sharing plan")
+    markdown = capsys.readouterr().out
+    assert markdown.startswith("# GPU sharing plan")
+    # Nested reasons are list items under the recommendation, not items under empty items.
+    assert "\n  - hosts 4 process(es)" in markdown and "-   -" not in markdown
+
+
+def _fragments_in_text(text: str) -> list[object]:
+    """The YAML under each 'spec fragment for ...:' line of the text output (indented 4 columns)."""
+    out, lines = [], text.splitlines()
+    for i, line in enumerate(lines):
+        if line.strip().startswith("spec fragment for"):
+            block = []
+            for following in lines[i + 1:]:
+                if not following.startswith("    "):
+                    break
+                block.append(following[4:])
+            out.append(yaml.safe_load("\n".join(block)))
+    return out
+
+
+def test_text_and_markdown_print_the_spec_fragment_of_each_class(capsys) -> None:
+    """The fragment a reader copies is in every output, and it is the JSON document's recommendation."""
+    assert main(["plan", "-p", TKE, TKE_INVENTORY, "-O", "json"]) == 0
+    expected = [{"sharing": c["recommendation"]["sharing"]} for c in json.loads(capsys.readouterr().out)["classes"]]
+    assert main(["plan", "-p", TKE, TKE_INVENTORY]) == 0
+    assert _fragments_in_text(capsys.readouterr().out) == expected
+    assert main(["plan", "-p", TKE, TKE_INVENTORY, "-O", "markdown"]) == 0
+    blocks = re.findall(r"```yaml\n(.*?)```", capsys.readouterr().out, flags=re.S)
+    assert [yaml.safe_load(b) for b in blocks] == expected
+    # A named GPU model has no spec: the fragment is what a reader has to go on.
+    assert main(["plan", "--gpu", "L20", TKE_INVENTORY]) == 0
+    assert _fragments_in_text(capsys.readouterr().out) == [
+        {"sharing": {"timeSlicing": {"sizing": {"memoryPerReplica": "4621Mi", "reserve": "10%"}}}}]
 
 
 def test_pictures_are_well_formed_svg_and_deterministic(tmp_path: Path, capsys) -> None:
@@ -51,6 +88,54 @@ def test_draft_from_a_spec_validates(capsys) -> None:
     from policy.load import load_policy
 
     assert load_policy(capsys.readouterr().out, filename="draft.yaml").ok
+
+
+def _without_sharing(text: str) -> str:
+    """The text with every node class's ``sharing:`` block cut out (the key line and the lines indented under
+    it); comments between blocks stay."""
+    out, cut = [], None
+    for line in text.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if cut is not None and line.strip() and not line.lstrip().startswith("#") and indent > cut:
+            continue
+        cut = None
+        if line.lstrip().startswith("sharing:"):
+            cut = indent
+            continue
+        out.append(line)
+    return "\n".join(out)
+
+
+EXAMPLE_SPECS = sorted((ROOT / "examples/clusters").glob("*/cluster.yaml"))
+
+
+@pytest.mark.parametrize("spec", EXAMPLE_SPECS, ids=[p.parent.name for p in EXAMPLE_SPECS])
+def test_a_draft_changes_only_the_sharing_blocks_and_validates(spec: Path, capsys) -> None:
+    """Comments, key order, quoting and quantities such as 46068Mi outside the sharing blocks come out as written;
+    the sharing blocks are the recommendation; the draft validates."""
+    from policy.load import load_policy
+
+    inventory = ROOT / "tests/fixtures/plan-small-services.yaml"
+    code = main(["plan", "-p", str(spec), str(inventory), "--draft"])
+    draft = capsys.readouterr().out
+    original = spec.read_text(encoding="utf-8")
+    assert code == 0, draft
+    assert _without_sharing(draft) == _without_sharing(original)
+    assert draft != original
+    assert load_policy(draft, filename="draft.yaml").ok
+    assert main(["plan", "-p", str(spec), str(inventory), "-O", "json"]) == 0
+    planned = {c["name"]: c["recommendation"]["sharing"] for c in json.loads(capsys.readouterr().out)["classes"]
+               if c["recommendation"]}
+    drafted = {c["name"]: c["sharing"] for c in yaml.safe_load(draft)["spec"]["nodeClasses"]}
+    assert planned and all(drafted[name] == sharing for name, sharing in planned.items())
+
+
+def test_a_draft_of_a_spec_on_stdin_edits_that_text(monkeypatch, capsys) -> None:
+    original = Path(TKE).read_text(encoding="utf-8")
+    monkeypatch.setattr("sys.stdin", io.StringIO(original))
+    assert main(["plan", "-p", "-", TKE_INVENTORY, "--draft"]) == 0
+    # The recommendation is what the example already says: nothing changes, not even a comment.
+    assert capsys.readouterr().out == original
 
 
 def test_manifests_and_prometheus_exports_make_an_inventory(tmp_path: Path, capsys) -> None:

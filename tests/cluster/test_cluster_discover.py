@@ -229,3 +229,22 @@ def test_every_todo_of_a_draft_says_what_to_do_and_names_no_ticket():
     assert "give it a class of its own if it must keep what it runs." in text
     assert "then save this draft and run `gpupolicy validate` and `gpupolicy compile` on it." in " ".join(
         line.strip("# ") for line in text.splitlines()[:8])
+
+
+def test_plan_draft_on_a_discovered_draft_keeps_its_comments_and_todos(cluster, gpupolicy, tmp_path: Path):
+    """The documented `discover | plan --draft` flow: plan fills in each class's sharing and leaves every line
+    discover wrote outside the sharing blocks, its TODOs included, as it was."""
+    text = draft_of(cluster, gpupolicy, "seed-003-before")
+    (tmp_path / "draft.yaml").write_text(text, encoding="utf-8")
+    inventory = Path(__file__).resolve().parents[2] / "examples/plan/tke-l20-t4/inventory.yaml"
+    result = gpupolicy("plan", "-p", tmp_path / "draft.yaml", inventory, "--draft")
+    assert result.code == 0, result.err
+    assert [line for line in result.out.splitlines() if line.lstrip().startswith("#")] == \
+        [line for line in text.splitlines() if line.lstrip().startswith("#")]
+    assert "# TODO: choose the sharing mode" in result.out
+    changed = [line for line in result.out.splitlines() if line not in text.splitlines()]
+    assert changed == ["      sharing:", "        timeSlicing:", "          sizing:",
+                       "            memoryPerReplica: 4621Mi", "            reserve: 10%",
+                       "      sharing:", "        timeSlicing:", "          sizing:",
+                       "            memoryPerReplica: 4401Mi", "            reserve: 10%"]
+    assert load_policy(result.out, filename="cluster.yaml").ok

@@ -89,16 +89,69 @@ def test_production_tenant_on_h20_gets_a_mig_layout_the_validator_accepts() -> N
     assert load_policy(yaml.safe_dump(data), filename="h20.yaml").ok
 
 
-def test_weights_decide_between_isolation_and_density() -> None:
-    """Without a production workload nothing rules sharing out: a team that weighs isolation at 0 gets the
-    denser shared mode, the default weights keep MIG."""
-    text = "name,namespace,replicas,memory,smActivity\nnotebooks,research,20,6Gi,0.05\n"
+def test_isolation_weighs_only_where_a_production_workload_needs_it() -> None:
+    """Seed 001: the answer depends on the tenant.  Research notebooks share (the cheapest good-enough mode); the
+    same notebooks as production get MIG on the same GPUs; a team that does not count cost gets whole GPUs."""
+    research = "name,namespace,replicas,memory,smActivity\nnotebooks,research,20,6Gi,0.05\n"
+    production = "name,namespace,replicas,memory,smActivity,production\nnotebooks,research,20,6Gi,0.05,true\n"
     targets = candidates.targets_for_policy(_resolved("h20-mig"))
-    default = recommend.make_plan(targets, _inventory(text, "inv.csv"), FIGURES)
-    density = recommend.make_plan(targets, _inventory(text, "inv.csv"),
-                                  FIGURES.with_weights(figures.parse_weights("isolation=0")))
-    assert default.classes[0].best.candidate.mode == "mig"
-    assert density.classes[0].best.candidate.mode in ("time-slicing", "mps", "mig+time-slicing")
+    shared = recommend.make_plan(targets, _inventory(research, "inv.csv"), FIGURES).classes[0].best
+    isolated = recommend.make_plan(targets, _inventory(production, "inv.csv"), FIGURES).classes[0].best
+    no_cost = recommend.make_plan(targets, _inventory(production, "inv.csv"),
+                                  FIGURES.with_weights(figures.parse_weights("cost=0"))).classes[0].best
+    assert shared.candidate.mode == "time-slicing" and shared.isolation == 1.0
+    assert isolated.candidate.mode == "mig"
+    assert no_cost.candidate.mode == "exclusive"
+
+
+# --- the score trades cost against the overhead contention costs ---------------------------------------------------
+
+
+def _named_plan(model: str, text: str) -> recommend.ClassPlan:
+    target = candidates.target_for_model(model)
+    assert target is not None
+    return recommend.make_plan([target], _inventory(text), FIGURES).classes[0]
+
+
+def _spec_plan(text: str) -> recommend.Plan:
+    result = load_policy(text, filename="cluster.yaml")
+    assert result.ok, result.diagnostics
+    path = ROOT / "examples/plan/tke-l20-t4/inventory.yaml"
+    return recommend.make_plan(candidates.targets_for_policy(result.resolved),
+                               _inventory(path.read_text(), path.name), FIGURES)
+
+
+def test_seed_003_numbers_pick_time_slicing_even_with_gpus_to_spare() -> None:
+    """With 4 nodes per class exclusive fits too; time-slicing still wins, on score: 4 idle-ish whole GPUs for
+    four 5 % processes cost more than the context switches of one shared GPU."""
+    text = (ROOT / "examples/clusters/tke-l20-t4/cluster.yaml").read_text().replace("nodes: 1", "nodes: 4")
+    plan = _spec_plan(text)
+    for c, replicas in zip(plan.classes, (8, 3), strict=True):
+        best = c.best
+        assert best.candidate.mode == "time-slicing" and best.candidate.replicas == replicas
+        exclusive = next(e for e in c.evaluations if e.candidate.mode == "exclusive")
+        assert exclusive.recommendable and exclusive.score < best.score
+        assert "cost" in dict(c.why_not())["exclusive"]
+
+
+def test_many_small_processes_share_one_gpu_rather_than_take_sixteen() -> None:
+    plan = _named_plan("L20", "workloads: [{name: small, replicas: 16, memory: 2Gi, smActivity: 0.02}]")
+    by_mode = {e.candidate.mode: e for e in reversed(plan.evaluations) if e.recommendable}
+    assert by_mode["exclusive"].packing.gpus == 16 and by_mode["time-slicing"].packing.gpus == 1
+    assert by_mode["time-slicing"].score > by_mode["exclusive"].score
+    assert plan.best.candidate.mode != "exclusive" and plan.best.packing.gpus == 1
+
+
+@pytest.mark.parametrize("latency", [False, True])
+def test_compute_bound_processes_get_whole_gpus(latency: bool) -> None:
+    """Sharing saves nothing when the processes keep their GPUs busy: four at 90 % SM on one time-sliced GPU run
+    four times slower, so they occupy as many GPUs' worth as exclusive and pay the context switches on top."""
+    flag = ", latencySensitive: true" if latency else ""
+    plan = _named_plan("L20", f"workloads: [{{name: train, replicas: 4, memory: 10Gi, smActivity: 0.9{flag}}}]")
+    assert plan.best.candidate.mode == "exclusive"
+    sliced = next(e for e in plan.evaluations if e.candidate.mode == "time-slicing")
+    assert sliced.recommendable and sliced.gpu_time >= plan.best.gpu_time
+    assert "overhead" in dict(plan.why_not())["time-slicing"]
 
 
 def test_every_candidate_fragment_of_a_mode_the_model_knows_validates() -> None:
