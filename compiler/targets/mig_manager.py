@@ -48,6 +48,13 @@ def render_mig_manager(resolved: ResolvedPolicy, mig_configmap: str) -> dict[str
     return out
 
 
+def _image_version(image: str) -> tuple[int, ...]:
+    """The mig-parted release of a MIG manager image from its tag (``v0.12.1-ubuntu20.04`` -> (0, 12, 1)); an
+    image without a release tag counts as the newest release read (v0.15.0)."""
+    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    return operator.parse_version(tag) if tag[:1] == "v" and tag.count(".") >= 2 else (0, 15, 0)
+
+
 def _labels(resolved: ResolvedPolicy) -> dict[str, str]:
     return objects.labels(resolved.policy, "mig-manager")
 
@@ -55,15 +62,22 @@ def _labels(resolved: ResolvedPolicy) -> dict[str, str]:
 def _rbac(resolved: ResolvedPolicy, image: str) -> dict[str, Obj]:
     """ClusterRole: nodes get/list/watch (its informer and label reads) and patch (state and pause labels; update
     only in v0.13.0, which wrote them with Update), pods list (v0.15.0: DaemonSet clients in every namespace).
-    Role in the plugin namespace: pods get/list/watch/delete (waiting for paused clients, deleting validators).
+    Role in the plugin namespace: pods get/list/watch while reconfigure-mig.sh waits with ``kubectl wait
+    --for=delete`` (up to v0.12), list only once the Go port polls with List (v0.13.0 on).
+
+    No ``delete``: the only deletes are of the GPU Operator's validator pods (``-l app=nvidia-cuda-validator``,
+    ``nvidia-device-plugin-validator``, ``nvidia-operator-validator``), which a standalone tree never runs. With
+    no match ``kubectl delete -l`` only lists and the script ignores its status (mig-parted@v0.12.1:
+    deployments/container/reconfigure-mig.sh:534-544, 636-640); the Go port deletes only the pods its List
+    returned (mig-parted@v0.15.0: pkg/mig/reconfigure/reconfigure.go:626-644).
     No ConfigMap access: CONFIG_FILE is always set, so it never publishes a generated config."""
     namespace = resolved.spec.device_plugin.namespace
-    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
-    version = operator.parse_version(tag) if tag[:1] == "v" and tag.count(".") >= 2 else (0, 15, 0)
-    node_verbs = ["get", "list", "patch", "watch"] + (["update"] if version[:2] == (0, 13) and version[2] == 0 else [])
+    version = _image_version(image)
+    node_verbs = ["get", "list", "patch", "watch"] + (["update"] if version == (0, 13, 0) else [])
     rules = [{"apiGroups": [""], "resources": ["nodes"], "verbs": sorted(node_verbs)}]
     if version >= (0, 15, 0):
         rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]})
+    pod_verbs = ["list"] if version >= (0, 13, 0) else ["get", "list", "watch"]
     labels = _labels(resolved)
     subject = [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": namespace}]
     return {
@@ -77,7 +91,7 @@ def _rbac(resolved: ResolvedPolicy, image: str) -> dict[str, Obj]:
                                            "name": ACCOUNT}, "subjects": subject},
         "role": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                  "metadata": objects.metadata(ACCOUNT, namespace=namespace, labels=labels),
-                 "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "get", "list", "watch"]}]},
+                 "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": pod_verbs}]},
         "rolebinding": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                         "metadata": objects.metadata(ACCOUNT, namespace=namespace, labels=labels),
                         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ACCOUNT},
