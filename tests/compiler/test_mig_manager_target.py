@@ -89,6 +89,35 @@ def clients_on(tree: Tree, node_selector: dict[str, str]) -> list[tuple[str, Any
         "mig-manager/") and node_selector.items() <= obj["spec"]["template"]["spec"]["nodeSelector"].items()]
 
 
+def test_the_generated_trees_exercise_every_kind_of_client() -> None:
+    clients = {path.split("/")[0] + ("/mps" if "mps-control-daemon" in path else "")
+               for tree in TREES.values() for ds in mig_managers(tree)
+               for path, _ in clients_on(tree, ds["spec"]["template"]["spec"]["nodeSelector"])}
+    assert clients == {"device-plugin", "device-plugin/mps", "feature-discovery", "hami"}
+
+
+@pytest.mark.parametrize("name", sorted(TREES))
+def test_every_gpu_client_on_a_mig_managed_class_steps_aside_and_is_waited_for(name: str) -> None:
+    tree = TREES[name]
+    for manager in mig_managers(tree):
+        selector = manager["spec"]["template"]["spec"]["nodeSelector"]
+        namespace = env(manager)["DEFAULT_GPU_CLIENTS_NAMESPACE"]
+        for path, client in clients_on(tree, selector):
+            terms = client["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+                "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+            assert len(terms) == 1, path
+            expressions = {e["key"]: e for e in terms[0]["matchExpressions"]}
+            assert expressions["nvidia.com/mig.config.state"] == {
+                "key": "nvidia.com/mig.config.state", "operator": "In", "values": ["success"]}, path
+            paused = [k.removeprefix("nvidia.com/gpu.deploy.") for k, e in expressions.items()
+                      if k.startswith("nvidia.com/gpu.deploy.") and e["operator"] == "NotIn"
+                      and sorted(e["values"]) == ["false", PAUSED]]
+            assert len(paused) == 1 and paused[0] in WAITED_FOR, path
+            labels = client["spec"]["template"]["metadata"]["labels"]
+            assert labels.get("app") == WAITED_FOR[paused[0]], path
+            assert client["metadata"]["namespace"] == namespace, path
+
+
 @pytest.mark.parametrize("name", sorted(TREES))
 def test_the_mig_managers_rbac_is_exactly_what_it_calls(name: str) -> None:
     tree = TREES[name]
@@ -133,3 +162,13 @@ def test_the_mig_manager_mounts_the_trees_config_and_clients_files(name: str) ->
         plan = json.loads(dict(docs(tree, "node-labels/"))["node-labels/configmap.yaml"]["data"]["plan.json"])
         wanted = next(c for c in plan["classes"] if c["name"] == node_class)["labels"]["nvidia.com/mig.config"]
         assert wanted in layouts, (name, node_class)
+
+
+def test_a_vgpu_class_split_from_its_feature_discovery_by_namespace_is_refused() -> None:
+    text = (EXAMPLES / "vgpu-platform" / "cluster.yaml").read_text(encoding="utf-8")
+    text = text.replace(*VGPU_ON_H100[0])
+    result = load_policy(text, filename="split.yaml")
+    assert [d.code for d in result.diagnostics if d.severity == "error"] == ["mig-clients-namespace-split"]
+    assert not any(d.code == "mig-clients-namespace-split"
+                   for d in load_policy(text.replace("gpuFeatureDiscovery: true", "gpuFeatureDiscovery: false"),
+                                        filename="no-gfd.yaml").diagnostics)
