@@ -1,4 +1,6 @@
-"""What the compiled tree says must run in the cluster: device-plugin DaemonSets and the ConfigMaps they mount."""
+"""What the compiled tree says must run in the cluster: the node agents' DaemonSets (device plugins, MPS daemons,
+HAMi's plugin, GPU Feature Discovery, the MIG manager), the node-label reconciler's Deployment, and the ConfigMaps
+they mount."""
 
 from __future__ import annotations
 
@@ -8,12 +10,13 @@ from dataclasses import dataclass
 import yaml
 
 from cluster import facts
-from cluster.resources import ConfigMap, DaemonSet, configmap_from, daemonset_from
+from cluster.resources import ConfigMap, DaemonSet, Deployment, configmap_from, daemonset_from, deployment_from
 from compiler.objects import NODE_CLASS_LABEL
 from compiler.targets.hami import VALUES_PATH
 
-# Components of the tree whose objects live on GPU nodes; admission/ is the webhook's business, not a node's.
-_NODE_COMPONENTS = ("device-plugin/", "hami/", "mig/")
+# Components of the tree that configure GPU nodes: their agents, the MIG manager and the label reconciler that
+# drive them, and the ConfigMaps all of them read; admission/ is the webhook's business, not a node's.
+_NODE_COMPONENTS = ("device-plugin/", "feature-discovery/", "hami/", "mig/", "mig-manager/", "node-labels/")
 
 
 @dataclass(frozen=True)
@@ -35,17 +38,20 @@ class Expected:
     configmaps: tuple[ConfigMap, ...]
     hami_device_config: str | None = None
     """The device-config.yaml HAMi's scheduler must run with (the tree's hami-values.yaml), if vgpu is used."""
+    deployments: tuple[Deployment, ...] = ()
+    """Cluster-wide controllers of the tree (the node-label reconciler)."""
 
     @property
     def namespaces(self) -> tuple[str, ...]:
-        found = {d.daemonset.namespace for d in self.daemonsets} | {c.namespace for c in self.configmaps}
+        found = ({d.daemonset.namespace for d in self.daemonsets} | {c.namespace for c in self.configmaps}
+                 | {d.namespace for d in self.deployments})
         return tuple(sorted(found))
 
 
 def from_tree(tree: Mapping[str, bytes]) -> Expected:
     """The node-side objects of a compiled tree (``compile_policy``'s output): the single source of truth for
     names, content-hashed ConfigMap names, images and selectors."""
-    daemonsets, configmaps = [], []
+    daemonsets, configmaps, deployments = [], [], []
     for path in sorted(tree):
         if not path.startswith(_NODE_COMPONENTS) or not path.endswith(".yaml"):
             continue
@@ -58,7 +64,9 @@ def from_tree(tree: Mapping[str, bytes]) -> Expected:
             daemonsets.append(ExpectedDaemonSet(node_class, parsed))
         elif obj.get("kind") == "ConfigMap":
             configmaps.append(configmap_from(obj))
-    return Expected(tuple(daemonsets), tuple(configmaps), _hami_device_config(tree))
+        elif obj.get("kind") == "Deployment":
+            deployments.append(deployment_from(obj))
+    return Expected(tuple(daemonsets), tuple(configmaps), _hami_device_config(tree), tuple(deployments))
 
 
 def _hami_device_config(tree: Mapping[str, bytes]) -> str | None:

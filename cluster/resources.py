@@ -160,6 +160,9 @@ class Deployment:
     ready: int
     available: int
     conditions: tuple[Condition, ...]
+    containers: tuple[Container, ...] = ()
+    config_maps: tuple[str, ...] = ()
+    """Names of the ConfigMaps its pod template mounts as volumes."""
 
     @property
     def key(self) -> str:
@@ -380,6 +383,7 @@ def replicaset_from(obj: Json) -> ReplicaSet:
 
 def deployment_from(obj: Json) -> Deployment:
     meta, spec, status = _meta(obj), obj.get("spec") or {}, obj.get("status") or {}
+    template = (spec.get("template") or {}).get("spec") or {}
     return Deployment(
         namespace=str(meta.get("namespace", "")),
         name=str(meta.get("name", "")),
@@ -396,6 +400,8 @@ def deployment_from(obj: Json) -> Deployment:
                       str(c.get("message", "")))
             for c in status.get("conditions") or ()
         ),
+        containers=_containers(template.get("containers")),
+        config_maps=_config_map_volumes(template),
     )
 
 

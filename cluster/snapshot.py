@@ -62,7 +62,8 @@ def read_snapshot(access: Access, *, scope: Scope = "verify", configmap_namespac
 
     discover reads nodes and DaemonSets; verify also reads Pending pods, the pods of device-plugin DaemonSets, the
     FailedScheduling events, ReplicaSets and Deployments of the namespaces with Pending GPU pods, and the ConfigMaps
-    of ``configmap_namespaces``. Raises ClusterAccessError for every failure to reach or read the API.
+    and Deployments of ``configmap_namespaces`` (the tree's). Raises ClusterAccessError for every failure to reach
+    or read the API.
     """
     reader = _Reader(*_connect(access), timeout=access.timeout_seconds)
     with reader:
@@ -171,8 +172,11 @@ class _Reader:
                 field_selector="reason=FailedScheduling")),
             replicasets=tuple(replicaset_from(o) for ns in namespaces for o in self.list(
                 "list", "replicasets", self.apps.list_namespaced_replica_set, namespace=ns)),
-            deployments=tuple(deployment_from(o) for ns in namespaces for o in self.list(
-                "list", "deployments", self.apps.list_namespaced_deployment, namespace=ns)),
+            # Where GPU pods wait (their rollouts) and where the tree's own controllers run.
+            deployments=tuple(deployment_from(o) for ns in [*namespaces, *(n for n in configmap_namespaces
+                                                                           if n not in namespaces)]
+                              for o in self.list("list", "deployments", self.apps.list_namespaced_deployment,
+                                                 namespace=ns)),
             configmaps=tuple(configmap_from(o) for ns in configmap_namespaces for o in self.list(
                 "list", "configmaps", self.core.list_namespaced_config_map, namespace=ns)),
         )

@@ -14,6 +14,7 @@ from cluster.expected import Expected, ExpectedDaemonSet
 from cluster.resources import DaemonSet, Deployment, Event, Node, Pod, ReplicaSet, Snapshot
 from compiler.report import label_setter
 from compiler.targets import hami as hami_target
+from compiler.targets import mig_manager
 from compiler.targets import node_labels as reconciler_target
 from compiler.targets.hami import VALUES_PATH
 from policy import catalog, cloud_vgpu, drivers, hami, labels, offers, selectors
@@ -38,6 +39,10 @@ FindingCode = Literal[
     "daemonset-image-mismatch",
     "daemonset-missing",
     "daemonset-rollout-incomplete",
+    "deployment-config-mismatch",
+    "deployment-image-mismatch",
+    "deployment-missing",
+    "deployment-not-ready",
     "device-plugin-not-ready",
     "device-plugin-not-running",
     "driver-too-old",
@@ -759,10 +764,11 @@ def _daemonset_findings(view: _View) -> Iterator[Finding]:
         if have is None:
             yield _missing_daemonset(want)
             continue
-        yield from _daemonset_spec(want, have)
+        yield from _workload_spec(want.node_class, want.daemonset, have)
         yield from _rollout(want.node_class, have)
         if want.is_plugin:
             yield from _plugin_on_nodes(view, want, have)
+    yield from _deployment_findings(view)
     yield from _configmaps(view)
     yield from _unmanaged(view, set(live) - {(d.daemonset.namespace, d.daemonset.name)
                                              for d in view.expected.daemonsets})
@@ -775,19 +781,59 @@ def _missing_daemonset(want: ExpectedDaemonSet) -> Finding:
                    node_class=want.node_class, subject=f"daemonset/{ds.key}")
 
 
-def _daemonset_spec(want: ExpectedDaemonSet, have: DaemonSet) -> Iterator[Finding]:
-    at = {"node_class": want.node_class, "subject": f"daemonset/{have.key}"}
-    if set(want.daemonset.config_maps) != set(have.config_maps):
-        yield Finding("daemonset-config-mismatch",
-                      f"DaemonSet {have.key} mounts ConfigMap {_and(have.config_maps) or 'none'}, the tree says "
-                      f"{_and(want.daemonset.config_maps)}: it runs another config than the policy's",
-                      "sync the compiled tree; the content-named ConfigMap then rolls the DaemonSet by itself", **at)
+def _workload_spec(node_class: str, want: DaemonSet | Deployment, have: DaemonSet | Deployment
+                   ) -> Iterator[Finding]:
+    """Config and image drift of one of the tree's workloads (a DaemonSet or a Deployment)."""
+    deployment = isinstance(have, Deployment)
+    config_code: FindingCode = "deployment-config-mismatch" if deployment else "daemonset-config-mismatch"
+    image_code: FindingCode = "deployment-image-mismatch" if deployment else "daemonset-image-mismatch"
+    title = type(have).__name__
+    at = {"node_class": node_class, "subject": f"{title.lower()}/{have.key}"}
+    if set(want.config_maps) != set(have.config_maps):
+        yield Finding(config_code,
+                      f"{title} {have.key} mounts ConfigMap {_and(have.config_maps) or 'none'}, the tree says "
+                      f"{_and(want.config_maps)}: it runs another config than the policy's",
+                      f"sync the compiled tree; the content-named ConfigMap then rolls the {title} by itself", **at)
     images = {c.name: c.image for c in have.containers}
-    for container in want.daemonset.containers:
+    for container in want.containers:
         if images.get(container.name, container.image) != container.image:
-            yield Finding("daemonset-image-mismatch",
-                          f"DaemonSet {have.key} runs {images[container.name]} in {container.name}, the tree says "
-                          f"{container.image}", "sync the compiled tree, or set devicePlugin.image to what runs",
+            yield Finding(image_code,
+                          f"{title} {have.key} runs {images[container.name]} in {container.name}, the tree says "
+                          f"{container.image}", f"sync the compiled tree, or set {_image_field(want)} to what runs",
+                          **at)
+
+
+def _image_field(want: DaemonSet | Deployment) -> str:
+    """The spec field that chose a workload's image."""
+    if isinstance(want, Deployment):
+        return "admission.image (the reconciler runs the webhook's image)"
+    if want.name.startswith(f"{mig_manager.APP}-"):
+        return "devicePlugin.migManager.image"
+    if want.name.startswith(f"{hami_target.PLUGIN_APP}-"):
+        return "hami.image"
+    return "devicePlugin.image"
+
+
+def _deployment_findings(view: _View) -> Iterator[Finding]:
+    """The tree's controllers (the node-label reconciler): missing, drifted, or not available."""
+    live = {(d.namespace, d.name): d for d in view.snapshot.deployments}
+    for want in view.expected.deployments:
+        have = live.get((want.namespace, want.name))
+        at = {"node_class": "", "subject": f"deployment/{want.key}"}
+        if have is None:
+            yield Finding("deployment-missing", f"Deployment {want.key} of the compiled tree does not exist",
+                          "apply the compiled tree (kubectl apply -k out/<cluster>, or let Argo CD / Flux sync it)",
+                          **at)
+            continue
+        yield from _workload_spec("", want, have)
+        stale = have.observed_generation < have.generation
+        if stale or have.available < have.replicas or have.updated < have.replicas:
+            yield Finding("deployment-not-ready",
+                          f"Deployment {have.key} is not available: {have.available} of {have.replicas} replica(s) "
+                          f"available, {have.updated} updated" + (
+                              f", generation {have.generation} not yet observed ({have.observed_generation})"
+                              if stale else ""),
+                          f"kubectl -n {have.namespace} rollout status deployment/{have.name}; look at its pods",
                           **at)
 
 

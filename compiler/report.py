@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from compiler import serialize
+from compiler import operator_fields, serialize
 from compiler.targets import flux, gpu_operator, namespaces, node_labels
 from compiler.targets import hami as hami_target
 from compiler.targets.monitoring import collectors
@@ -397,11 +397,11 @@ def _operator_notes(resolved: ResolvedPolicy) -> list[str]:
     release = resolved.operator_release
     notes = [f"Written for GPU Operator {release.version}, whose chart deploys device plugin {release.device_plugin}."
              if release else "The GPU Operator release is unknown (see the warnings)."]
-    fields = "devicePlugin.config.name/default, mig.strategy and migManager.config.name/default"
+    fields = ", ".join(operator_fields.owned_paths(operator_fields.render(resolved)))
     if operator.installer == "helm":
         version = f" {release.version}" if release else ""
         notes.append(
-            f"{gpu_operator.VALUES_FILE} holds the GPU Operator chart{version} values {fields}, pointing its "
+            f"{gpu_operator.VALUES_FILE} holds the GPU Operator chart{version} values of {fields}, pointing its "
             "ClusterPolicy at the tree's content-named ConfigMaps. The operator's Helm release takes them last: "
             f"a Flux HelmRelease from ConfigMap {flux.OPERATOR_VALUES} in the tree's flux/ (valuesFrom, optional; "
             "it upgrades as soon as the ConfigMap changes), a multi-source Argo CD Application with this file as "

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from compiler import objects, pictures, report, serialize
+from compiler import objects, operator_fields, pictures, report, serialize
 from compiler.objects import Obj
 from compiler.targets import (
     admission_webhook,
@@ -151,12 +151,8 @@ def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
 
 def _operator_fields(resolved: ResolvedPolicy, components: Mapping[str, Mapping[str, Obj]]
                      ) -> tuple[str | None, str | None, Obj | None]:
-    """What the operator is pointed at: the device-plugin configs (none when every class is vgpu: HAMi's plugin
-    runs on every class's nodes), the MIG configs, and dcgm-exporter's fields."""
-    config = components["device-plugin"]["configmap"]["metadata"]["name"] if "device-plugin" in components else None
-    mig = components["mig"]["configmap"]["metadata"]["name"] if "mig" in components else None
-    dcgm = components.get(DCGM_COMPONENT, {}).get("configmap")
-    return config, mig, None if dcgm is None else monitoring.dcgm_exporter_fields(resolved, dcgm["metadata"]["name"])
+    """What the operator is pointed at (compiler.operator_fields, which REPORT.md names the fields from too)."""
+    return operator_fields.pointers(resolved)
 
 
 def _operator_values(resolved: ResolvedPolicy, components: Mapping[str, Mapping[str, Obj]]) -> Obj | None:

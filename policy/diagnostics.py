@@ -81,6 +81,7 @@ Code = Literal[
     "hami-webhook-scope-inexpressible",
     "vgpu-split-count-one",
     "vgpu-memory-overcommit",
+    "mig-clients-namespace-split",
     "gpu-model-typo",
     "driver-too-old",
 ]

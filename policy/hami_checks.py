@@ -101,4 +101,21 @@ def check_vgpu_classes(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
                              severity="warning")
 
 
-HAMI_CHECKS = (check_hami_version, check_core_policy, check_scope, check_vgpu_classes)
+def check_mig_clients_namespace(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    """The MIG manager of a vgpu class waits for the class's GPU clients in one namespace, HAMi's (mig-parted
+    reconfigure-mig.sh: ``kubectl wait --for=delete -n <DEFAULT_GPU_CLIENTS_NAMESPACE> -l app=...``): its GPU
+    Feature Discovery must run there too, or the MIG mode changes while GFD still holds the GPUs."""
+    plugin = resolved.spec.device_plugin
+    if resolved.spec.hami.namespace == plugin.namespace:
+        return
+    for rc in resolved.classes:
+        if rc.vgpu is not None and rc.mig_manager and rc.feature_discovery:
+            yield Diagnostic("mig-clients-namespace-split", f"class {rc.name!r} runs HAMi's device plugin in "
+                             f"namespace {resolved.spec.hami.namespace!r} and GPU Feature Discovery in "
+                             f"{plugin.namespace!r}, but the MIG manager that keeps its GPUs at all-disabled waits "
+                             "for GPU clients in one namespace only", ("spec", "hami", "namespace"),
+                             f"set spec.hami.namespace and spec.devicePlugin.namespace to one namespace (e.g. "
+                             f"{plugin.namespace!r})")
+
+
+HAMI_CHECKS = (check_hami_version, check_core_policy, check_scope, check_vgpu_classes, check_mig_clients_namespace)

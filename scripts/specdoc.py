@@ -183,6 +183,8 @@ CODE_HELP: dict[str, tuple[str, str]] = {
     "vgpu-split-count-one": (_SEMANTIC, "A vgpu class with splitCount 1: one pod per GPU, plus HAMi's overhead."),
     "vgpu-memory-overcommit": (_SEMANTIC, "memoryScaling above 1: HAMi admits more memory than the GPU has, in "
                                           "its accounting only."),
+    "mig-clients-namespace-split": (_SEMANTIC, "A vgpu class on MIG-capable GPUs runs HAMi's plugin and GPU "
+                                               "Feature Discovery in two namespaces; the MIG manager waits in one."),
     "gpu-model-typo": (_SEMANTIC, "A GPU model the catalog lacks, one typo from one it has (NVIDIA-L2O): "
                                   "gpu.memory is used and MIG is unavailable."),
     "driver-too-old": (_SEMANTIC, "gpu.driverVersion is older than what the class needs: MIG on its GPU, a MIG "

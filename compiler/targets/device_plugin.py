@@ -272,8 +272,10 @@ def _mps_daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, config_
     # for it, as in the Helm chart.
     selector = {**node_class.node_selector, MPS_CAPABLE: "true"}
     volumes = [*_mps_volumes(), _config_volume(node_class, config_map_name)]
-    # The MIG manager waits for no MPS pod label, but the daemon pauses with the plugin it serves.
-    affinity, _ = _mig_client(node_class, "device-plugin")
+    # The daemon pauses with the plugin it serves, and carries the plugin's app label: the MIG manager waits for
+    # no MPS label of its own (mig-parted@v0.12.1: deployments/container/reconfigure-mig.sh:506-532), and an
+    # nvidia-cuda-mps-control still running would hold the GPUs whose MIG mode it changes.
+    affinity, app = _mig_client(node_class, "device-plugin")
     return objects.daemon_set(
         mps_daemonset_name(node_class.name),
         namespace=plugin.namespace,
@@ -281,4 +283,5 @@ def _mps_daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, config_
         selector=objects.selector_labels(MPS_APP, node_class.name),
         pod_spec=_pod_spec(plugin, node_class, selector, [daemon], volumes, hostPID=True, initContainers=[mount_shm],
                            **affinity),
+        template_labels=app,
     )

@@ -252,7 +252,20 @@ def _daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, config_map:
         {"name": "config", "configMap": {"name": config_map, "items": [
             {"key": DEVICE_CONFIG_KEY, "path": DEVICE_CONFIG_KEY}, {"key": NODE_CONFIG_KEY, "path": NODE_CONFIG_KEY}]}},
     ]
+    extra: Obj = {}
+    template = dict([hami.WEBHOOK_IGNORE])  # HAMi's webhook skips these pods (its chart labels its plugin so)
+    if node_class.mig_manager:
+        # The class's GPUs are MIG-capable and the tree's MIG manager keeps them at all-disabled: hami-core mode
+        # needs whole GPUs (with --mig-strategy=none a MIG-enabled GPU is advertised whole, rm/device_map.go
+        # buildGPUDeviceMap), and gpupolicy never turns on HAMi's own MIG mode (config.json names no node, so no
+        # operatingmode: mig). So the plugin and vGPUmonitor, which both hold the GPUs through NVML, step aside
+        # while it changes the mode and are waited for like NVIDIA's plugin: same pause affinity, the app label
+        # it waits on, and its clients' namespace set to HAMi's (compiler.targets.mig_manager).
+        affinity, app = objects.mig_client("device-plugin")
+        extra["affinity"] = affinity
+        template.update(app)
     pod_spec = {
+        **extra,
         "containers": [plugin, monitor],
         "hostPID": True,  # vGPUmonitor reads the processes of the containers it accounts for
         "nodeSelector": dict(node_class.node_selector),
@@ -267,8 +280,7 @@ def _daemon_set(policy: ClusterGPUPolicy, node_class: ResolvedClass, config_map:
         labels=_labels(policy),
         selector=objects.selector_labels(PLUGIN_APP, node_class.name),
         pod_spec=pod_spec,
-        # HAMi's webhook skips pods with this label (its chart sets it on the plugin, which is privileged).
-        template_labels=dict([hami.WEBHOOK_IGNORE]),
+        template_labels=template,
     )
 
 

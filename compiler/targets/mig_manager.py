@@ -41,32 +41,47 @@ def render_mig_manager(resolved: ResolvedPolicy, mig_configmap: str) -> dict[str
         {CLIENTS_KEY: serialize.dump_yaml({"version": "v1", "systemd-services": list(HOST_GPU_CLIENTS)})
          .decode("utf-8")},
         namespace=plugin.namespace, labels=_labels(resolved))
-    out: dict[str, Obj] = {"configmap-gpu-clients": clients, **_rbac(resolved, image)}
+    namespaces = sorted({clients_namespace(resolved, c) for c in managed})
+    out: dict[str, Obj] = {"configmap-gpu-clients": clients, **_rbac(resolved, image, namespaces)}
     for node_class in managed:
         out[f"daemonset-{node_class.name}"] = _daemon_set(resolved, node_class, image, mig_configmap,
                                                           clients["metadata"]["name"])
     return out
 
 
+def _image_version(image: str) -> tuple[int, ...]:
+    """The mig-parted release of a MIG manager image from its tag (``v0.12.1-ubuntu20.04`` -> (0, 12, 1)); an
+    image without a release tag counts as the newest release read (v0.15.0)."""
+    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    return operator.parse_version(tag) if tag[:1] == "v" and tag.count(".") >= 2 else (0, 15, 0)
+
+
 def _labels(resolved: ResolvedPolicy) -> dict[str, str]:
     return objects.labels(resolved.policy, "mig-manager")
 
 
-def _rbac(resolved: ResolvedPolicy, image: str) -> dict[str, Obj]:
+def _rbac(resolved: ResolvedPolicy, image: str, clients_namespaces: list[str]) -> dict[str, Obj]:
     """ClusterRole: nodes get/list/watch (its informer and label reads) and patch (state and pause labels; update
     only in v0.13.0, which wrote them with Update), pods list (v0.15.0: DaemonSet clients in every namespace).
-    Role in the plugin namespace: pods get/list/watch/delete (waiting for paused clients, deleting validators).
+    Role in each clients' namespace (clients_namespace): pods get/list/watch while reconfigure-mig.sh waits with
+    ``kubectl wait --for=delete`` (up to v0.12), list only once the Go port polls with List (v0.13.0 on).
+
+    No ``delete``: the only deletes are of the GPU Operator's validator pods (``-l app=nvidia-cuda-validator``,
+    ``nvidia-device-plugin-validator``, ``nvidia-operator-validator``), which a standalone tree never runs. With
+    no match ``kubectl delete -l`` only lists and the script ignores its status (mig-parted@v0.12.1:
+    deployments/container/reconfigure-mig.sh:534-544, 636-640); the Go port deletes only the pods its List
+    returned (mig-parted@v0.15.0: pkg/mig/reconfigure/reconfigure.go:626-644).
     No ConfigMap access: CONFIG_FILE is always set, so it never publishes a generated config."""
     namespace = resolved.spec.device_plugin.namespace
-    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
-    version = operator.parse_version(tag) if tag[:1] == "v" and tag.count(".") >= 2 else (0, 15, 0)
-    node_verbs = ["get", "list", "patch", "watch"] + (["update"] if version[:2] == (0, 13) and version[2] == 0 else [])
+    version = _image_version(image)
+    node_verbs = ["get", "list", "patch", "watch"] + (["update"] if version == (0, 13, 0) else [])
     rules = [{"apiGroups": [""], "resources": ["nodes"], "verbs": sorted(node_verbs)}]
     if version >= (0, 15, 0):
         rules.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]})
+    pod_verbs = ["list"] if version >= (0, 13, 0) else ["get", "list", "watch"]
     labels = _labels(resolved)
     subject = [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": namespace}]
-    return {
+    out: dict[str, Obj] = {
         "serviceaccount": {"apiVersion": "v1", "kind": "ServiceAccount",
                            "metadata": objects.metadata(ACCOUNT, namespace=namespace, labels=labels)},
         "clusterrole": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -75,23 +90,37 @@ def _rbac(resolved: ResolvedPolicy, image: str) -> dict[str, Obj]:
                                "metadata": objects.metadata(ACCOUNT, labels=labels),
                                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
                                            "name": ACCOUNT}, "subjects": subject},
-        "role": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
-                 "metadata": objects.metadata(ACCOUNT, namespace=namespace, labels=labels),
-                 "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["delete", "get", "list", "watch"]}]},
-        "rolebinding": {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
-                        "metadata": objects.metadata(ACCOUNT, namespace=namespace, labels=labels),
-                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ACCOUNT},
-                        "subjects": subject},
     }
+    for where in clients_namespaces:
+        suffix = "" if where == namespace else f"-{where}"
+        out[f"role{suffix}"] = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+                                "metadata": objects.metadata(ACCOUNT, namespace=where, labels=labels),
+                                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": pod_verbs}]}
+        out[f"rolebinding{suffix}"] = {
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": objects.metadata(ACCOUNT, namespace=where, labels=labels),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ACCOUNT},
+            "subjects": subject}
+    return out
 
 
-def _env(resolved: ResolvedPolicy) -> list[Obj]:
+def clients_namespace(resolved: ResolvedPolicy, node_class: ResolvedClass) -> str:
+    """Where the MIG manager of a class waits for the class's GPU clients: the namespace of the device plugin that
+    serves it (HAMi's for a vgpu class, whose GFD then lives there too: policy.hami_checks)."""
+    if node_class.vgpu is not None:
+        return resolved.spec.hami.namespace
+    return resolved.spec.device_plugin.namespace
+
+
+def _env(resolved: ResolvedPolicy, node_class: ResolvedClass) -> list[Obj]:
     plugin = resolved.spec.device_plugin
     field = {"valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "spec.nodeName"}}}
     values = {
         "CONFIG_FILE": f"{CONFIG_DIR}/config.yaml",
-        # The tree's plugin and GFD pods live here and carry the app labels it waits for.
-        "DEFAULT_GPU_CLIENTS_NAMESPACE": plugin.namespace,
+        # It waits for pods labelled app=nvidia-device-plugin-daemonset / gpu-feature-discovery on its node in this
+        # one namespace (mig-parted@v0.12.1: deployments/container/reconfigure-mig.sh:506-532, -p from
+        # cmd/nvidia-mig-manager/main.go:214-215,389): the class's plugin, MPS daemon and GFD live there.
+        "DEFAULT_GPU_CLIENTS_NAMESPACE": clients_namespace(resolved, node_class),
         "GPU_CLIENTS_FILE": f"{CLIENTS_DIR}/{CLIENTS_KEY}",
         "HOST_KUBELET_SYSTEMD_SERVICE": "kubelet.service",
         "HOST_MIG_MANAGER_STATE_FILE": "/etc/systemd/system/nvidia-mig-manager.service.d/override.conf",
@@ -111,7 +140,7 @@ def _daemon_set(resolved: ResolvedPolicy, node_class: ResolvedClass, image: str,
         "name": "nvidia-mig-manager",
         "image": image,
         "imagePullPolicy": "IfNotPresent",
-        "env": sorted(_env(resolved), key=lambda e: e["name"]),
+        "env": sorted(_env(resolved, node_class), key=lambda e: e["name"]),
         "resources": {"limits": {"memory": "256Mi"}, "requests": {"cpu": "50m", "memory": "64Mi"}},
         # Privileged with the host's root: it runs nvidia-mig-parted chrooted on the host and stops systemd
         # services over the host's D-Bus (mig-parted cmd/nvidia-mig-manager/main.go).

@@ -33,24 +33,35 @@ class Cluster:
     kubeconfig: Path
 
 
+#: The tree's directories whose DaemonSets, Deployments and ConfigMaps verify expects to run.
+NODE_COMPONENTS = ("device-plugin/", "feature-discovery/", "mig/", "mig-manager/", "node-labels/")
+
+
 def compiled_objects(spec: Path) -> list[Obj]:
-    """Every object of the spec's compiled tree under device-plugin/ and mig/."""
+    """The DaemonSets, Deployments and ConfigMaps of the spec's compiled tree that configure GPU nodes."""
     result = load_policy(spec.read_text(encoding="utf-8"), filename=str(spec))
     assert result.policy is not None, result.diagnostics
     tree = compile_policy(result.policy)
-    return [yaml.safe_load(tree[p]) for p in tree if p.startswith(("device-plugin/", "mig/"))
-            and not p.endswith("kustomization.yaml")]
+    found = [yaml.safe_load(tree[p]) for p in tree if p.startswith(NODE_COMPONENTS)
+             and not p.endswith("kustomization.yaml")]
+    return [o for o in found if o["kind"] in ("ConfigMap", "DaemonSet", "Deployment")]
 
 
 def applied(objects: list[Obj], placement: Mapping[str, list[str]]) -> dict[str, list[Obj]]:
     """The compiled objects as the API server returns them once applied and rolled out: uids, generations,
     DaemonSet status, and one Running pod per DaemonSet and node (placement: DaemonSet name -> nodes)."""
-    out: dict[str, list[Obj]] = {"daemonsets": [], "pods": [], "configmaps": []}
+    out: dict[str, list[Obj]] = {"daemonsets": [], "pods": [], "configmaps": [], "deployments": []}
     for obj in copy.deepcopy(objects):
         meta = obj["metadata"]
         meta.update(uid=f"uid-{meta['namespace']}-{meta['name']}", generation=1, resourceVersion="5151")
         if obj["kind"] == "ConfigMap":
             out["configmaps"].append(obj)
+            continue
+        if obj["kind"] == "Deployment":
+            replicas = obj["spec"].get("replicas", 1)
+            obj["status"] = {"replicas": replicas, "updatedReplicas": replicas, "readyReplicas": replicas,
+                             "availableReplicas": replicas, "observedGeneration": 1}
+            out["deployments"].append(obj)
             continue
         nodes = placement.get(meta["name"], [])
         obj["status"] = {"desiredNumberScheduled": len(nodes), "currentNumberScheduled": len(nodes),

@@ -123,9 +123,10 @@ def test_under_the_gpu_operator_its_plugin_is_not_unmanaged_and_nodes_need_the_m
     wanted = expected.from_tree(compile_policy(policy))
     result = verify.verify(Snapshot("ctx", "https://api", NOW, nodes, (operator_plugin,)), policy, wanted)
     configmaps = sorted(c.name.rsplit("-", 1)[0] for c in wanted.configmaps)
-    assert configmaps == ["gpupolicy-device-plugin-configs", "gpupolicy-mig-parted-config"]
+    assert configmaps == ["gpupolicy-device-plugin-configs", "gpupolicy-mig-parted-config", "gpupolicy-node-labels"]
     assert [(f.code, f.subject) for f in result.findings if f.code != "configmap-missing"] == [
-        ("node-label-conflict", "node/h20-3")]
+        ("node-label-conflict", "node/h20-3"),
+        ("deployment-missing", "deployment/gpupolicy-system/gpupolicy-node-labels")]
     assert result.findings[0].message.startswith(
         "nvidia.com/mig.config is 'all-disabled' on node h20-3, set by a writer verify cannot name (the objects carry "
         "no managedFields")

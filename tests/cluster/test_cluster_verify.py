@@ -224,3 +224,66 @@ def test_fleet_messages_name_the_mig_state_the_overlap_and_the_nearest_mig_profi
     assert by_code["multiple-device-plugins"]["message"].startswith(
         "node a100-spare runs pods of 2 device-plugin DaemonSets (nvidia-device-plugin/nvidia-device-plugin-a100-mps "
         "and nvidia-device-plugin/nvidia-device-plugin-a100-train)")
+
+
+# --- the tree's MIG managers, GPU Feature Discovery and label reconciler -----------------------------------------
+
+MIXED_FLEET = TKE_SPEC.parents[1] / "mixed-fleet" / "cluster.yaml"
+TREE_AGENTS = ("daemonset/nvidia-device-plugin/nvidia-mig-manager-", "daemonset/nvidia-device-plugin/gpu-feature-",
+               "deployment/")
+
+
+def agent_findings(out: str) -> list[tuple[str, str, str]]:
+    return [f for f in findings(out) if f[2].startswith(TREE_AGENTS)]
+
+
+def mixed_fleet_objects() -> dict[str, list[dict]]:
+    return applied(compiled_objects(MIXED_FLEET), {})
+
+
+def test_the_mig_managers_feature_discovery_and_reconciler_of_the_tree_are_expected(cluster, gpupolicy):
+    objects = mixed_fleet_objects()
+    agents = sorted(f"daemonset/{d['metadata']['namespace']}/{d['metadata']['name']}" for d in objects["daemonsets"]
+                    if d["metadata"]["name"].startswith(("nvidia-mig-manager-", "gpu-feature-discovery-")))
+    assert len(agents) == 7  # the MIG managers of 3 MIG-capable classes, GFD of 4 classes
+    applied_cluster = cluster("fleet", add=objects, context="fleet")
+    result = gpupolicy("cluster", "verify", "-p", MIXED_FLEET, "--kubeconfig", applied_cluster.kubeconfig, "-O", "json")
+    assert agent_findings(result.out) == []
+
+    empty = cluster("fleet", context="fleet")
+    result = gpupolicy("cluster", "verify", "-p", MIXED_FLEET, "--kubeconfig", empty.kubeconfig, "-O", "json")
+    missing = agent_findings(result.out)
+    assert sorted(subject for code, _, subject in missing if code == "daemonset-missing") == agents
+    assert ("deployment-missing", "", "deployment/gpupolicy-system/gpupolicy-node-labels") in missing
+
+
+def test_drift_of_the_mig_manager_gfd_and_reconciler_is_reported_like_the_plugins(cluster, gpupolicy):
+    live = mixed_fleet_objects()
+    manager = by_name(live["daemonsets"], "nvidia-mig-manager-h100-mig")
+    manager["spec"]["template"]["spec"]["containers"][0]["image"] = "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.5.2"
+    clients = next(v for v in manager["spec"]["template"]["spec"]["volumes"] if v["name"] == "gpu-clients")
+    clients["configMap"]["name"] = "default-gpu-clients"
+    gfd = by_name(live["daemonsets"], "gpu-feature-discovery-h100-mig")
+    gfd["metadata"]["generation"] = 2
+    gfd["status"].update(desiredNumberScheduled=2, updatedNumberScheduled=1, numberAvailable=1)
+    reconciler = by_name(live["deployments"], "gpupolicy-node-labels")
+    reconciler["status"].update(readyReplicas=0, availableReplicas=0)
+    reconciler["spec"]["template"]["spec"]["containers"][0]["image"] = "ghcr.io/gpupolicy/gpupolicy-webhook:0.0.9"
+    plan = next(c for c in live["configmaps"] if c["metadata"]["name"].startswith("gpupolicy-node-labels-"))
+    plan["data"]["plan.json"] = "{}"
+    served = cluster("fleet", add=live, context="fleet")
+    result = gpupolicy("cluster", "verify", "-p", MIXED_FLEET, "--kubeconfig", served.kubeconfig, "-O", "json")
+    assert result.code == 1
+    assert agent_findings(result.out) == [
+        ("daemonset-rollout-incomplete", "h100-mig", "daemonset/nvidia-device-plugin/gpu-feature-discovery-h100-mig"),
+        ("daemonset-config-mismatch", "h100-mig", "daemonset/nvidia-device-plugin/nvidia-mig-manager-h100-mig"),
+        ("daemonset-image-mismatch", "h100-mig", "daemonset/nvidia-device-plugin/nvidia-mig-manager-h100-mig"),
+        ("deployment-image-mismatch", "", "deployment/gpupolicy-system/gpupolicy-node-labels"),
+        ("deployment-not-ready", "", "deployment/gpupolicy-system/gpupolicy-node-labels"),
+    ]
+    report = {f["code"]: f for f in json.loads(result.out)["findings"]}
+    assert report["daemonset-image-mismatch"]["hint"].endswith("set devicePlugin.migManager.image to what runs")
+    assert report["deployment-not-ready"]["message"] == (
+        "Deployment gpupolicy-system/gpupolicy-node-labels is not available: 0 of 1 replica(s) available, 1 updated")
+    assert [f["subject"] for f in json.loads(result.out)["findings"] if f["code"] == "configmap-modified"] == [
+        f"configmap/gpupolicy-system/{plan['metadata']['name']}"]

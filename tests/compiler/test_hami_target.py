@@ -44,7 +44,12 @@ def errors(validator: Draft202012Validator, document: Any) -> list[str]:
 
 
 def two_vgpu_classes(example_policy: Load, *edits: tuple[str, str]) -> Tree:
-    return compile_policy(example_policy("vgpu-platform", ("    - name: dev-ts\n", SECOND_CLASS), *edits))
+    # A100s are MIG-capable: the tree's MIG manager keeps them at all-disabled and waits for their HAMi plugin and
+    # GFD in one namespace (mig-clients-namespace-split).
+    one_namespace = ("    namespace: kube-system\n    corePolicy",
+                     "    namespace: nvidia-device-plugin\n    corePolicy")
+    return compile_policy(example_policy("vgpu-platform", ("    - name: dev-ts\n", SECOND_CLASS), one_namespace,
+                                         *edits))
 
 
 def class_config(tree: Tree, name: str) -> dict[str, Any]:
