@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cli.main import ExitCode
-from policy.diagnostics import Diagnostic, format_path
+from policy.diagnostics import Diagnostic, bounded, format_path, quotable
 
 if TYPE_CHECKING:
     from policy.resolve import ResolvedPolicy
@@ -43,8 +43,10 @@ class Report:
 def format_diagnostic(d: Diagnostic) -> list[str]:
     """One finding as every text output prints it: ``file:line:col: severity[code]: message``, then the hint."""
     where = str(d.span) if d.span else "<input>"
-    at = f" (at {format_path(d.path)})" if d.path else ""
-    return [f"{where}: {d.severity}[{d.code}]: {d.message}{at}", *([f"  hint: {d.hint}"] if d.hint else [])]
+    at = f" (at {bounded(format_path(d.path))})" if d.path else ""
+    # Messages, paths and hints quote the input, which may hold a megabyte in one name.
+    return [f"{where}: {d.severity}[{d.code}]: {bounded(d.message)}{at}",
+            *([f"  hint: {bounded(d.hint)}"] if d.hint else [])]
 
 
 def render_text(report: Report) -> str:
@@ -58,13 +60,13 @@ def as_dict(d: Diagnostic) -> dict[str, object]:
     return {
         "code": d.code,
         "severity": d.severity,
-        "message": d.message,
-        "hint": d.hint,
-        "path": format_path(d.path),
+        "message": bounded(d.message),
+        "hint": bounded(d.hint),
+        "path": bounded(format_path(d.path)),
         "file": d.span.file if d.span else None,
         "line": d.span.line if d.span else None,
         "column": d.span.column if d.span else None,
-        "fix": d.fix.to_dict() if d.fix is not None else None,
+        "fix": quotable(d.fix.to_dict()) if d.fix is not None else None,
     }
 
 
@@ -96,8 +98,8 @@ def render_github(report: Report) -> str:
         if d.span:
             props += [f"file={_escape(d.span.file, prop=True)}", f"line={d.span.line}", f"col={d.span.column}"]
         props.append(f"title={_escape(d.code, prop=True)}")
-        hint = f" ({d.hint})" if d.hint else ""
-        lines.append(f"::{level} {','.join(props)}::{_escape(d.message + hint)}")
+        hint = f" ({bounded(d.hint)})" if d.hint else ""
+        lines.append(f"::{level} {','.join(props)}::{_escape(bounded(d.message) + hint)}")
     return "\n".join(lines) + ("\n" if lines else "")
 
 

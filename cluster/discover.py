@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import version as _version
 from typing import Any
 
 import yaml
@@ -17,10 +16,14 @@ from compiler import serialize
 from policy import catalog, cloud_vgpu, hami, selectors
 from policy.model import API_VERSION, KIND, PluginFlags
 
-# The schema as the project publishes it with its sources, at the release this gpupolicy is (gpupolicy.dev is
-# only the schemas' $id, not a host that serves them). `gpupolicy schema --write DIR` writes the same file.
-DEFAULT_SCHEMA = (f"https://raw.githubusercontent.com/gpupolicy/gpupolicy/v{_version('gpupolicy')}/schemas/"
-                  "cluster-policy.schema.json")
+# No URL serves the schema (gpupolicy.dev is only the schemas' $id, and the project publishes no release files),
+# so a draft names a schema only where one is known to exist: a file `gpupolicy schema --write DIR` wrote.
+SCHEMA_FILE = "cluster-policy.schema.json"
+_NO_SCHEMA = [
+    "# No $schema line: no schemas/cluster-policy.schema.json was found beside this draft or above it. For",
+    "# completion and checks in an editor, run `gpupolicy schema --write schemas` and draft again into that tree",
+    "# (-o FILE, or > FILE), or with --schema PATH (the schema file, relative to the draft).",
+]
 # Labels a class must never be selected by: GFD and the operator rewrite nvidia.com/* (T4 -> T4-SHARED), NFD's
 # describe hardware, and the rest name one node or its place rather than its kind.
 _NEVER = ("nvidia.com/", "feature.node.kubernetes.io/", "kubernetes.io/hostname", "topology.kubernetes.io/",
@@ -471,10 +474,13 @@ def _description(draft: DraftClass) -> str:
     return f"{draft.sharing.physical_gpus or draft.key.count}x {model}{where}"
 
 
-def render_draft(draft: Draft, *, schema: str = DEFAULT_SCHEMA) -> str:
-    """The draft spec as commented YAML; every value is written by the YAML dumper, so it loads as `draft_data`."""
+def render_draft(draft: Draft, *, schema: str | None = None) -> str:
+    """The draft spec as commented YAML; every value is written by the YAML dumper, so it loads as `draft_data`.
+    ``schema``: where the spec's JSON Schema is, for the yaml-language-server line; None writes how to get one."""
     data = draft_data(draft)
-    lines = [f"# yaml-language-server: $schema={schema}", "#", *_header(draft),
+    top = [f"# yaml-language-server: $schema={schema}", "#", *_header(draft)] if schema else [
+        *_header(draft), "#", *_NO_SCHEMA]
+    lines = [*top,
              f"apiVersion: {_scalar(data['apiVersion'])}", f"kind: {_scalar(data['kind'])}",
              "metadata:", f"  name: {_scalar(draft.name)}", "spec:"]
     spec = data["spec"]

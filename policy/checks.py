@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from policy import catalog, drivers, mig, operator, releases, selectors
-from policy.diagnostics import Diagnostic, did_you_mean
+from policy.diagnostics import Diagnostic, Path, did_you_mean
 from policy.hami_checks import HAMI_CHECKS
 from policy.labels import GFD_MUTABLE
 from policy.model import ClusterGPUPolicy, NodeClass, PluginFlags, ReplicatedSharing, Sizing, Tenant
@@ -198,13 +198,24 @@ def check_mig(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
         if model is None and nc.gpu.memory is None:
             continue  # unknown-gpu-model already says what to fix
         if model is None or model.mig is None:
-            name = model.product if model else nc.gpu.model
-            capable = ", ".join(catalog.families(capable_of_mig=True))
-            yield Diagnostic("mig-unsupported-gpu", f"{name} does not support MIG", path,
-                             f"use time-slicing or MPS on it; the catalog's MIG-capable families: {capable}")
+            yield _mig_unsupported(nc.gpu.model, model, path)
             continue
         yield from _mig_groups(i, nc)
         yield from _mig_layouts(i, nc, model.mig)
+
+
+def _mig_unsupported(given: str, model: catalog.GpuModel | None, path: Path) -> Diagnostic:
+    capable = ", ".join(catalog.families(capable_of_mig=True))
+    if model is not None:
+        return Diagnostic("mig-unsupported-gpu", f"{model.product} does not support MIG", path,
+                          f"use time-slicing or MPS on it; the catalog's MIG-capable families: {capable}")
+    # A model the catalog does not know may well have MIG: only its profile table (names, placements) is missing.
+    return Diagnostic("mig-unsupported-gpu", f"gpupolicy's catalog has no MIG profile table for {given}, so "
+                      "it can neither check nor compile a MIG layout for it", path,
+                      f"if it is a GPU of the catalog's MIG-capable families ({capable}) under another name, write "
+                      "the catalog's name as gpu.model; if it is a MIG GPU the catalog lacks, its profile table "
+                      "must be added to gpupolicy's catalog (policy/catalog.yaml) first; until then use "
+                      "time-slicing or MPS on it")
 
 
 def _mig_groups(i: int, nc: NodeClass) -> Iterator[Diagnostic]:

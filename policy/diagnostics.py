@@ -170,6 +170,20 @@ def bounded(text: str) -> str:
     return shorten(_LONG_TOKEN.sub(lambda m: shorten(m.group()), text), MAX_LINE_CHARS)
 
 
+def quotable(data: Any) -> Any:
+    """JSON-like ``data`` (a fix's edits and patch) when `bounded` leaves every string in it whole, else None: a
+    value cut short would make a patch that edits another path. Only an object the API server refuses (a
+    container name of a megabyte) holds such a string; its findings still say what is wrong."""
+    if isinstance(data, str):
+        return data if bounded(data) == data else None
+    if isinstance(data, Mapping):
+        whole = all(quotable(k) is not None and quotable(v) is not None for k, v in data.items())
+        return data if whole else None
+    if isinstance(data, list | tuple):
+        return data if all(quotable(v) is not None for v in data) else None
+    return data
+
+
 def format_path(path: Path) -> str:
     """Render a location tuple the way users read it: ``spec.nodeClasses[0].gpu.model``."""
     out = ""

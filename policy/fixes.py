@@ -315,6 +315,9 @@ class Fix:
     """The object edits as JSON Patch operations on the object the fix was found for."""
     root: Path = ()
     """Where that object sits in the document a reader holds (``items/3`` of a List); paths are prefixed with it."""
+    alternatives: tuple[Fix, ...] = ()
+    """Other fixes the hint names after this one ("or ..."), each applied and re-evaluated like this one before it
+    is kept (policy/remedies.py): a hint names no alternative that would be denied in turn."""
 
     @functools.cached_property
     def edits(self) -> tuple[Edit, ...]:
@@ -336,13 +339,21 @@ class Fix:
         return int(overrides), int(changes_request), int(self.namespace is not None), len(self.steps)
 
     def then(self, other: Fix) -> Fix:
-        """This fix's steps, then the other's (notes joined)."""
+        """This fix's steps, then the other's (notes joined; alternatives, checked for one fix alone, dropped)."""
         notes = "; ".join(dict.fromkeys(n for n in (self.note, other.note) if n))
         return Fix((*self.steps, *other.steps), notes, (*self.patch, *other.patch))
 
     def describe(self) -> str:
         text = _join([s.describe() for s in self.steps])
-        return f"{text} ({self.note})" if self.note else text
+        notes = [n for n in (self.note, self._or()) if n]
+        return f"{text} ({'; '.join(notes)})" if notes else text
+
+    def _or(self) -> str:
+        """The alternatives as the hint names them: only what differs where they rename the same resource."""
+        if not self.alternatives:
+            return ""
+        parts = [_instead(self, a) or a.describe() for a in self.alternatives]
+        return "or, also admitted, " + " or ".join(parts)
 
     def apply(self, obj: Mapping[str, Any]) -> tuple[Doc, tuple[PatchOp, ...]]:
         """A copy of ``obj`` with every edit made (sharing the parts no edit touches), and the operations."""
@@ -352,7 +363,7 @@ class Fix:
 
     def under(self, prefix: Path) -> Fix:
         """The same fix for a reader holding the object at ``prefix`` of a larger document."""
-        return replace(self, root=(*prefix, *self.root))
+        return replace(self, root=(*prefix, *self.root), alternatives=tuple(a.under(prefix) for a in self.alternatives))
 
     def to_dict(self) -> dict[str, Any]:
         """The fix as data: the typed edits, the JSON Patch, and the namespace to move to, if any."""
@@ -362,5 +373,17 @@ class Fix:
         }
         if self.namespace is not None:
             out["namespace"] = self.namespace.to_dict()
+        if self.alternatives:
+            out["alternatives"] = [a.to_dict() for a in self.alternatives]
         return out
 
+
+def _instead(fix: Fix, other: Fix) -> str:
+    """``nvidia.com/mig-2g.20gb: 1`` where ``other`` is ``fix`` with one resource renamed to another, else ""."""
+    if len(fix.steps) != 1 or len(other.steps) != 1:
+        return ""
+    mine, theirs = fix.steps[0], other.steps[0]
+    if not isinstance(mine, RenameResource) or not isinstance(theirs, RenameResource):
+        return ""
+    same = replace(theirs, instead=mine.instead, count=mine.count) == mine
+    return f"{theirs.instead}: {theirs.count}" if same else ""

@@ -434,10 +434,9 @@ def check_vgpu_count(facts: FactsLike) -> tuple[Diagnostic, ...]:
             f"on a different GPU and no node it may land on has {value.count} GPUs, so it would stay Pending. Per "
             f'class: {per}. Its scheduling events would read "AllocatedCardsInsufficientRequest".',
             value.path,
-            f"ask for at most {most} ({doc.count}: {most}); for more memory or SMs on one GPU raise {doc.memory} "
-            f"or {doc.cores} instead",
+            f"ask for at most {most} ({doc.count}: {most})",
             fix=Fix((SetAmount(container.path, container.name, doc.count, most),),
-                    f"for more memory or SMs on one GPU raise {doc.memory} or {doc.cores} instead")))
+                    "HAMi gives each vGPU of a container a GPU of its own")))
     return tuple(found)
 
 

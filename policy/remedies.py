@@ -137,7 +137,13 @@ class _Search:
         for bound, candidates in phases:
             if found is None or _cost(found) > bound:
                 found = self._cheapest(candidates(), found, bound)
-        return None if found is None else replace(found, patch=self.seen[found.edits][1])
+        return None if found is None else self._checked(found)
+
+    def _checked(self, fix: Fix) -> Fix:
+        """The fix with its patch, naming only the alternatives that, applied alone, admit the object too."""
+        kept = tuple(replace(a, patch=self.seen[a.edits][1]) for a in fix.alternatives
+                     if (after := self.outcome(a)) is not None and not after.findings)
+        return replace(fix, patch=self.seen[fix.edits][1], alternatives=kept)
 
     def _cheapest(self, candidates: Iterable[Fix], best: Fix | None,
                   bound: tuple[int, int, int, int]) -> Fix | None:
@@ -509,7 +515,10 @@ def _request_edits(state: Assessment, finding: Diagnostic) -> Iterator[Fix]:
                for k in dict.fromkeys((count, 1)) if any(c.fits(((instead, k),)) for c in facts.classes)]
     edits = (*renames, *counts) if resource not in offered else (*counts, *renames)
     for edit in edits:
-        yield Fix((edit,), note if isinstance(edit, SetAmount) else _why_instead(resource, edit.instead, offered))
+        if isinstance(edit, SetAmount):
+            yield Fix((edit,), note)
+        else:
+            yield Fix((edit,), _why_instead(resource), alternatives=_other_profiles(edit, offered, has))
     if _keeps_a_gpu(state, container_path, resource):
         yield Fix((RemoveResource(container_path, container, resource),), _why_remove(finding))
 
@@ -570,24 +579,34 @@ def _keeps_a_gpu(state: Assessment, container_path: Path, resource: str) -> bool
 def _why_fewer(facts: Facts, finding: Diagnostic, resource: str, count: int) -> str:
     if finding.code != "shared-gpu-request-above-one":
         return ""
-    whole = any((o := c.offers.get(resource)) is not None and not o.shared and o.per_node >= count
-                for c in facts.classes)
-    if whole:
+    unshared = [(o.per_node, c.name) for c in facts.classes
+                if (o := c.offers.get(resource)) is not None and not o.shared]
+    what = f"unshared {resource} devices" if resource.startswith(MIG_PREFIX) else "whole GPUs"
+    if any(per_node >= count for per_node, _ in unshared):
         tail = ""
+    elif unshared:
+        most = max(per_node for per_node, _ in unshared)
+        on = join(sorted(name for per_node, name in unshared if per_node == most), "and")
+        tail = f"; no node holds {count} {what}: at most {most} per node, on class {on}"
     elif resource.startswith(MIG_PREFIX):
-        tail = f"; {count} unshared {resource} devices need a MIG class that does not time-slice the profile"
+        tail = f"; {count} {what} need a MIG class that does not time-slice the profile"
     else:
-        tail = f"; {count} whole GPUs need a class with sharing: exclusive"
+        tail = f"; {count} {what} need a class with sharing: exclusive"
     return f"more shared replicas of one device add no compute{tail}"
 
 
-def _why_instead(resource: str, instead: str, offered: Sequence[str]) -> str:
+def _why_instead(resource: str) -> str:
     if not resource.startswith(("nvidia.com/gpu", MIG_PREFIX)):
         return f"no node class advertises {resource}"
-    others = [r for r in offered if r.startswith(MIG_PREFIX) and r not in (resource, instead)]
-    if instead.startswith(MIG_PREFIX) and others:
-        return f"or another MIG profile the cluster offers: {join(others[:4], 'or')}"
     return ""
+
+
+def _other_profiles(edit: RenameResource, offered: Sequence[str], has: set[str]) -> tuple[Fix, ...]:
+    """The same rename to each other MIG profile the cluster offers, as alternatives the search then checks."""
+    if not edit.instead.startswith(MIG_PREFIX):
+        return ()
+    others = [r for r in offered if r.startswith(MIG_PREFIX) and r not in (edit.resource, edit.instead, *has)]
+    return tuple(Fix((replace(edit, instead=other),)) for other in others[:4])
 
 
 def _why_remove(finding: Diagnostic) -> str:

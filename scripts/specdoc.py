@@ -118,7 +118,8 @@ CODE_HELP: dict[str, tuple[str, str]] = {
     "replicas-too-low": (_SEMANTIC, "Fewer than 2 replicas: the device plugin refuses it and nothing is shared."),
     "sizing-exceeds-memory": (_SEMANTIC, "memoryPerReplica does not fit in the GPU's usable memory at all."),
     "sizing-below-two-replicas": (_SEMANTIC, "Sizing yields a single replica, so the GPU cannot be shared."),
-    "mig-unsupported-gpu": (_SEMANTIC, "MIG on a GPU without MIG (L20, L4, T4, A10...)."),
+    "mig-unsupported-gpu": (_SEMANTIC, "MIG on a GPU without MIG (L20, L4, T4, A10...), or on a model the "
+                                       "catalog has no MIG profile table for."),
     "unknown-mig-profile": (_SEMANTIC, "A MIG profile that GPU does not have (profile names differ per model)."),
     "mig-layout-does-not-fit": (_SEMANTIC, "The MIG layout does not fit one GPU's placement slots; the hint "
                                            "says what would fit."),

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NotRequired, Protocol, TypedDict, cast, get_args
 
-from policy.diagnostics import format_path
+from policy.diagnostics import bounded, format_path, quotable
 
 __all__ = [
     "API_VERSIONS",
@@ -462,10 +462,10 @@ def _causes(decision: DecisionLike) -> tuple[StatusCause, ...]:
     for d in decision.diagnostics:
         if d.severity != "error":
             continue
-        where = format_path(d.path)
-        out.append(StatusCause(reason=d.code, message=d.message, field=where))
-        if d.fix is not None:
-            text = json.dumps(d.fix.to_dict(), sort_keys=True, separators=(",", ":"))
+        where = bounded(format_path(d.path))  # both quote the object: a name may be a megabyte
+        out.append(StatusCause(reason=d.code, message=bounded(d.message), field=where))
+        if d.fix is not None and (data := quotable(d.fix.to_dict())) is not None:
+            text = json.dumps(data, sort_keys=True, separators=(",", ":"))
             out.append(StatusCause(reason=FIX_CAUSE, message=text, field=where))
     return tuple(out)
 
@@ -523,7 +523,7 @@ def build_response(review: Review, verdict: Verdict) -> AdmissionReviewOut:
     if not verdict.allowed:
         response["status"] = {"code": verdict.code, "reason": verdict.reason, "message": verdict.message}
         if verdict.causes:
-            response["status"]["details"] = {"kind": review.kind["kind"], "name": review.object_name,
+            response["status"]["details"] = {"kind": review.kind["kind"], "name": bounded(review.object_name),
                                              "causes": list(verdict.causes)}
     if verdict.warnings:
         response["warnings"] = list(verdict.warnings)

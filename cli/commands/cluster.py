@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import io
+import os
+import stat
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -33,10 +37,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     "instance-type labels and print a draft spec with one class per group, disjoint selectors, the "
                     "sharing the nodes run now (MIG layout, time-slicing, MPS) and their taints.")
     discover.add_argument("--name", help="metadata.name of the draft (default: derived from the context)")
-    discover.add_argument("--schema", metavar="URL",
-                          help="JSON Schema location for the yaml-language-server comment (default: the "
-                               "cluster-policy schema of this release in the project's repository; a path works too, "
-                               "e.g. after gpupolicy schema --write schemas)")
+    discover.add_argument("--schema", metavar="PATH",
+                          help="JSON Schema location for the yaml-language-server line (default: the relative path "
+                               "to schemas/cluster-policy.schema.json where the draft goes to a file, with -o or "
+                               "> FILE, in a directory at or below one holding it, as gpupolicy schema --write "
+                               "schemas writes it; otherwise no such line, and a comment saying how to get one)")
+    discover.add_argument("-o", "--out", metavar="FILE", help="write the draft to FILE instead of standard output")
     _access_arguments(discover)
     reconcile = actions.add_parser(
         "reconcile-labels", help="keep the label plan's node labels on every node of its classes (in-cluster)",
@@ -175,14 +181,50 @@ def _discover(args: argparse.Namespace) -> int:
     if seen is None:
         return ExitCode.BAD_INPUT
     name = args.name or (discover.dns_label(seen.context) if not args.from_files else "") or "discovered"
-    text = discover.render_draft(discover.discover(seen, name=name), schema=args.schema or discover.DEFAULT_SCHEMA)
-    sys.stdout.write(text)
+    target = Path(args.out) if args.out else _stdout_file()
+    text = discover.render_draft(discover.discover(seen, name=name), schema=args.schema or _schema_beside(target))
+    if args.out:
+        try:
+            Path(args.out).write_text(text, encoding="utf-8")
+        except OSError as err:
+            print(f"gpupolicy cluster discover: cannot write {args.out}: {err.strerror or err}", file=sys.stderr)
+            return ExitCode.BAD_INPUT
+    else:
+        sys.stdout.write(text)
     errors = [d for d in load_policy(text, filename="<draft>").diagnostics if d.severity == "error"]
     if errors:
         sys.stderr.write(render_text(Report(diagnostics=errors, files=1)))
         print("gpupolicy cluster discover: the draft needs the edits above before it validates", file=sys.stderr)
         return ExitCode.FINDINGS
     return ExitCode.OK
+
+
+def _stdout_file() -> Path | None:
+    """The regular file standard output goes to (`discover > cluster.yaml`), where the system says (Linux's
+    /proc/self/fd); None for a terminal, a pipe, or where it cannot be told."""
+    try:
+        fd = sys.stdout.fileno()
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        found = Path(os.readlink(f"/proc/self/fd/{fd}"))
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return found if found.is_absolute() and found.is_file() else None
+
+
+def _schema_beside(target: Path | None) -> str | None:
+    """The path from the draft's directory to schemas/cluster-policy.schema.json in it or the nearest directory above
+    holding one (as the examples' specs name it); None where there is none, so no unresolvable reference is written."""
+    from cluster.discover import SCHEMA_FILE
+
+    if target is None:
+        return None
+    directory = target.resolve().parent
+    for place in (directory, *directory.parents):
+        schema = place / "schemas" / SCHEMA_FILE
+        if schema.is_file():
+            return Path(os.path.relpath(schema, directory)).as_posix()
+    return None
 
 
 def _reconcile(args: argparse.Namespace) -> int:

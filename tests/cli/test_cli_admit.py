@@ -342,3 +342,36 @@ def test_a_namespace_outside_the_h20_tenant_is_told_to_move_not_to_ask_for_the_s
     out = capsys.readouterr().out
     assert "namespaces outside every tenant may not use mig+time-slicing GPUs" in out
     assert "hint: run it in a namespace of tenant inference (gpu-tier=inference)" in out
+
+
+HUGE = f"""\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {"n" * 300_000}
+spec:
+  containers:
+    - name: {"c" * 1_000_000}
+      image: app:1
+      resources:
+        limits:
+          ? nvidia.com/{"k" * 200_000}
+          : 1
+          nvidia.com/gpu: 2
+"""
+
+
+@pytest.mark.parametrize("output", ["text", "json", "github"])
+def test_a_megabyte_name_and_resource_key_are_quoted_shortened_in_every_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str
+) -> None:
+    manifest = write(tmp_path, "huge.yaml", HUGE)
+    assert main(["admit", "-p", TKE, "-O", output, manifest]) == 1
+    out = capsys.readouterr().out
+    assert len(out) < 20_000 and "more characters]" in out  # unbounded, this printed 7.2 MB
+    assert "c" * 400 not in out and "k" * 400 not in out and "n" * 400 not in out
+    if output == "json":
+        found = json.loads(out)["diagnostics"]
+        assert [d["code"] for d in found] == ["gpu-request-unsatisfiable", "shared-gpu-request-above-one"]
+        # A patch with a value cut short would edit another path: the hint says what to do, no fix data is given.
+        assert [d["fix"] for d in found] == [None, None]

@@ -4,6 +4,8 @@ a draft reads off real nodes; taints verified against the classes that declare t
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,6 @@ import yaml
 from cluster_support import TKE_SPEC, applied, compiled_objects
 from fake_apiserver import RECORDED, load_scenario
 
-from cluster import discover
 from cluster.records import RecordsError, snapshot_from
 from cluster.resources import node_from
 from cluster.sharing import read_sharing
@@ -171,13 +172,59 @@ def test_records_without_timestamps_are_read_as_of_the_epoch() -> None:
         snapshot_from([{"kind": "Secret"}], source="x")
 
 
-def test_the_default_schema_is_this_releases_file_in_the_repository() -> None:
-    from importlib.metadata import version
+def test_a_draft_written_inside_a_tree_with_the_schema_names_it_by_its_relative_path(tmp_path: Path,
+                                                                                    gpupolicy) -> None:
+    assert gpupolicy("schema", "--write", tmp_path / "schemas").code == 0
+    out = tmp_path / "clusters" / "prod" / "cluster.yaml"
+    out.parent.mkdir(parents=True)
+    result = gpupolicy("cluster", "discover", "--from-file", NODES / "nvidia-docs-h100-mig-mixed-all-balanced.yaml",
+                       "-o", out)
+    assert result.code == 0 and result.out == "", result.err
+    first = out.read_text(encoding="utf-8").splitlines()[0]
+    assert first == "# yaml-language-server: $schema=../../schemas/cluster-policy.schema.json"
+    assert (out.parent / first.split("$schema=", 1)[1]).resolve().is_file()  # the reference resolves
+    assert gpupolicy("validate", out).code == 0
 
-    url = discover.DEFAULT_SCHEMA
-    assert url == (f"https://raw.githubusercontent.com/gpupolicy/gpupolicy/v{version('gpupolicy')}/schemas/"
-                   "cluster-policy.schema.json")
-    assert (Path(__file__).resolve().parents[2] / url.split(f"v{version('gpupolicy')}/", 1)[1]).is_file()
+
+def test_a_draft_redirected_into_a_file_finds_the_schema_as_with_o(tmp_path: Path) -> None:
+    # The documented `gpupolicy cluster discover > cluster.yaml`: the shell, not gpupolicy, opens the file.
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "cluster-policy.schema.json").write_text("{}", encoding="utf-8")
+    out = tmp_path / "draft.yaml"
+    with out.open("w", encoding="utf-8") as stdout:
+        done = subprocess.run([sys.executable, "-m", "cli", "cluster", "discover", "--from-file",
+                               str(NODES / "nvidia-docs-h100-mig-mixed-all-balanced.yaml")],
+                              stdout=stdout, stderr=subprocess.PIPE, text=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text(encoding="utf-8").startswith(
+        "# yaml-language-server: $schema=schemas/cluster-policy.schema.json\n")
+
+
+@pytest.mark.parametrize("where", ["stdout", "file"])
+def test_without_a_schema_file_in_reach_the_draft_names_none_and_says_how_to_get_one(tmp_path: Path, gpupolicy,
+                                                                                   where: str) -> None:
+    out = tmp_path / "draft.yaml"
+    args = ["-o", out] if where == "file" else []
+    result = gpupolicy("cluster", "discover", "--from-file", NODES / "nvidia-docs-h100-mig-mixed-all-balanced.yaml",
+                       *args)
+    assert result.code == 0, result.err
+    text = out.read_text(encoding="utf-8") if where == "file" else result.out
+    assert "$schema" not in text.replace("No $schema line", "")  # never a reference that does not resolve
+    assert text.startswith("# Drafted by `gpupolicy cluster discover`")
+    assert "\n# No $schema line: no schemas/cluster-policy.schema.json was found" in text
+    assert "`gpupolicy schema --write schemas`" in text and "--schema PATH" in text
+
+
+def test_an_explicit_schema_is_written_as_given(tmp_path: Path, gpupolicy) -> None:
+    result = gpupolicy("cluster", "discover", "--from-file", NODES / "nvidia-docs-h100-mig-mixed-all-balanced.yaml",
+                       "--schema", "../schemas/cluster-policy.schema.json")
+    assert result.out.startswith("# yaml-language-server: $schema=../schemas/cluster-policy.schema.json\n")
+
+
+def test_a_draft_that_cannot_be_written_is_bad_input(tmp_path: Path, gpupolicy) -> None:
+    result = gpupolicy("cluster", "discover", "--from-file", NODES / "nvidia-docs-h100-mig-mixed-all-balanced.yaml",
+                       "-o", tmp_path / "missing" / "draft.yaml")
+    assert result.code == 2 and "cannot write" in result.err and "Traceback" not in result.err
 
 
 # --- verify --from-file, and taints ---------------------------------------------------------------------------

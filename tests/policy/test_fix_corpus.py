@@ -5,6 +5,8 @@ admitted with no finding left. A finding without a fix must say that no change w
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +28,35 @@ NO_CHANGE = "no change to this object within the policy admits it"
 # --- applying a fix as a client would ------------------------------------------------------------------------------
 
 
+RESOURCE = re.compile(r"nvidia\.com/[A-Za-z0-9.-]*[A-Za-z0-9]")
+
+
 def check_every_fix_admits(engine: Engine, obj: dict[str, Any], labels: dict[str, str], namespace: str) -> Decision:
+    """Every finding's fix, and every alternative its hint names, applied and re-evaluated: each admits."""
     decision = engine.evaluate(obj, tenants=engine.tenants_for(labels, namespace=namespace))
     for finding in decision.diagnostics:
         if finding.fix is None:
             assert NO_CHANGE in finding.hint or finding.hint.startswith("compile the policy"), finding
             continue
         fix = finding.fix.to_dict()
-        fixed = apply_patch(obj, fix["jsonPatch"])
-        moved = fix.get("namespace", {}).get("namespaceLabels")
-        where = labels if moved is None else moved
-        ns = namespace if moved is None else "moved"
-        again = engine.evaluate(fixed, tenants=engine.tenants_for(where, namespace=ns))
-        assert again.allowed and again.diagnostics == (), (finding.hint, again.render())
+        for each in (fix, *fix.get("alternatives", ())):
+            check_admits(engine, obj, labels, namespace, each, finding.hint)
         assert finding.hint.startswith(finding.fix.describe())
+        # A resource the hint names is one the object asks for, or one a checked fix or alternative writes.
+        written = {e.get("instead") or e.get("resource") for f in (fix, *fix.get("alternatives", ()))
+                   for e in f["edits"]}
+        assert set(RESOURCE.findall(finding.hint)) <= set(RESOURCE.findall(json.dumps(obj))) | written, finding.hint
     return decision
+
+
+def check_admits(engine: Engine, obj: dict[str, Any], labels: dict[str, str], namespace: str, fix: dict[str, Any],
+                 hint: str) -> None:
+    fixed = apply_patch(obj, fix["jsonPatch"])
+    moved = fix.get("namespace", {}).get("namespaceLabels")
+    where = labels if moved is None else moved
+    ns = namespace if moved is None else "moved"
+    again = engine.evaluate(fixed, tenants=engine.tenants_for(where, namespace=ns))
+    assert again.allowed and again.diagnostics == (), (hint, fix, again.render())
 
 
 # --- the corpus: example suites and fixtures ------------------------------------------------------------------------
@@ -172,3 +188,35 @@ def pods(draw: st.DrawFn) -> tuple[str, dict[str, Any], dict[str, str]]:
 def test_every_fix_of_a_generated_pod_admits_it(case: tuple[str, dict[str, Any], dict[str, str]]) -> None:
     cluster, obj, labels = case
     check_every_fix_admits(engine_for(cluster), obj, labels, "apps")
+
+
+# --- hints that name a limit or alternatives -----------------------------------------------------------------------
+
+JOB9 = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train9"},
+        "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "t", "image": "app:1", "resources": {"limits": {"nvidia.com/gpu": 9}}}]}}}}
+
+
+def test_nine_gpus_in_a_prod_namespace_are_told_only_of_mig_profiles_that_hold_nine() -> None:
+    # h100-mig offers 36 mig-1g.10gb per node but only 4 mig-2g.20gb and 4 mig-3g.40gb (cluster.yaml groups).
+    decision = check_every_fix_admits(engine_for("mixed-fleet"), JOB9, {"gpu-tier": "prod"}, "p")
+    hints = {d.hint for d in decision.diagnostics}
+    assert hints == {'request nvidia.com/mig-1g.10gb: 9 instead of nvidia.com/gpu in container "t"'}
+
+
+def test_nine_gpus_outside_every_tenant_are_told_the_real_limit_of_the_exclusive_class() -> None:
+    decision = check_every_fix_admits(engine_for("mixed-fleet"), JOB9, {}, "default")
+    assert decision.diagnostics[0].hint == (
+        'request nvidia.com/gpu: 1 in container "t" (more shared replicas of one device add no compute; no node '
+        "holds 9 whole GPUs: at most 8 per node, on class h100-train)")
+
+
+def test_a_hint_names_each_mig_profile_that_admits_the_pod_as_a_checked_alternative() -> None:
+    one = yaml.safe_load(yaml.safe_dump(JOB9).replace("nvidia.com/gpu: 9", "nvidia.com/gpu: 1"))
+    one["spec"]["template"]["spec"]["nodeSelector"] = {"node-pool": "h100-mig"}
+    decision = check_every_fix_admits(engine_for("mixed-fleet"), one, {"gpu-tier": "prod"}, "p")
+    (finding,) = decision.diagnostics
+    assert finding.fix is not None
+    assert [a.to_dict()["edits"][0]["instead"] for a in finding.fix.alternatives] == [
+        "nvidia.com/mig-2g.20gb", "nvidia.com/mig-3g.40gb"]
+    assert finding.hint.endswith("(or, also admitted, nvidia.com/mig-2g.20gb: 1 or nvidia.com/mig-3g.40gb: 1)")

@@ -245,8 +245,8 @@ def test_more_vgpus_than_gpus_per_node_is_pending_even_where_the_split_advertise
     assert e.evaluate(pod(container(gpu=8, gpumem=1000)), tenants=PLATFORM).allowed  # the A100 nodes have 8
     decision = e.evaluate(pod(container(gpu=6, gpumem=1000), nodeSelector={"pool": "l40s"}), tenants=PLATFORM)
     assert rules(decision) == ["vgpu-count-above-gpus"]  # 4 GPUs x 6 vGPUs = 24 advertised, 4 GPUs
-    assert 'Fix: request nvidia.com/gpu: 4 in container "app" (for more memory or SMs on one GPU raise' \
-        in decision.message
+    assert ('Fix: request nvidia.com/gpu: 4 in container "app" (HAMi gives each vGPU of a container a GPU of its '
+            "own)") in decision.message
 
 
 # ---- hami-resource-out-of-range ---------------------------------------------------------------------------------

@@ -361,11 +361,48 @@ def test_the_h100_94gb_product_label_resolves_to_its_own_profiles_not_the_80gb_o
 
 @pytest.mark.parametrize("product", ["NVIDIA-GB300", "NVIDIA-A800-SXM4-80GB", "NVIDIA-A800-80GB-PCIe",
                                      "NVIDIA-A800-40GB-Active", "NVIDIA-H800-PCIe", "NVIDIA-H800-NVL",
-                                     "NVIDIA-PG506-232"])
+                                     "NVIDIA-PG506-232", "NVIDIA-H100-96GB"])
 def test_the_mig_gpus_of_mig_parteds_defaults_are_in_the_catalog(product: str) -> None:
     profile = model(product).mig.profiles[0].name  # type: ignore[union-attr]
     result = load("v0.20.0", product, 1, f"{{mig: {{strategy: mixed, layout: {{{profile}: 1}}}}}}")
     assert result.ok, result.diagnostics
+
+
+@pytest.mark.parametrize("tag", ["v0.13.0", "v0.14.0", "v0.17.1", "v0.20.0"])
+def test_the_h100_96gb_takes_mig_parteds_balanced_layout_under_the_96gb_names(tag: str) -> None:
+    # mig-parted v0.15.0 deployments/systemd/config-default.yaml, all-balanced: 0x233D10DE with 0x20B610DE
+    # (PG506-96GB), 0x234210DE (GH200) and 0x232910DE (H20) -> 1g.12gb x2, 2g.24gb x1, 3g.48gb x1.
+    h100 = model("H100-96GB")
+    assert h100.mig is not None and "0x233D10DE" in h100.mig.pci_device_ids
+    assert [p.name for p in h100.mig.profiles] == [p.name for p in model("NVIDIA-H20").mig.profiles]  # type: ignore[union-attr]
+    result = load(tag, "H100-96GB", 8, "{mig: {strategy: mixed, layout: {1g.12gb: 2, 2g.24gb: 1, 3g.48gb: 1}}}")
+    assert result.ok, result.diagnostics
+    report, _, _ = outputs(result)
+    after = {s["resource"]: s["perNode"] for s in report["classes"][0]["after"]}
+    assert after == {"nvidia.com/mig-1g.12gb": 16, "nvidia.com/mig-2g.24gb": 8, "nvidia.com/mig-3g.48gb": 8}
+
+
+@pytest.mark.parametrize("layout", ["{1g.24gb: 1}", "{1g.12gb: 2, 2g.24gb: 1, 3g.48gb: 1}", "{1g.12gb+me: 1}"])
+@pytest.mark.parametrize("tag", [r.tag for r in releases.config_releases()])
+def test_each_release_gates_the_h100_96gb_as_it_gates_its_96gb_siblings(tag: str, layout: str) -> None:
+    # Same placement table and names as H20 and GH200 96GB: every per-release verdict (v0.12 names devices by
+    # estimated memory, enum 9 lies outside v0.12's walk, ...) must come out the same.
+    sharing = f"{{mig: {{strategy: mixed, layout: {layout}}}}}"
+    verdicts = {gpu: codes(load(tag, gpu, 1, sharing)) for gpu in ("H100-96GB", "NVIDIA-H20", "NVIDIA-GH200-480GB")}
+    assert len({tuple(v) for v in verdicts.values()}) == 1, verdicts
+
+
+def test_mig_on_a_model_the_catalog_does_not_know_says_the_table_is_missing_not_that_mig_is() -> None:
+    # gpu.memory makes an unknown model usable for time-slicing; MIG still needs the catalog's profile table.
+    text = SPEC.format(version="v0.17.1", gpu="NVIDIA-H100-97GB", count=1,
+                       sharing="{mig: {strategy: mixed, layout: {1g.12gb: 1}}}").replace(
+        "count: 1", "count: 1, memory: 96Gi")
+    unknown = load_policy(text, filename="demo.yaml")
+    (d,) = [d for d in unknown.diagnostics if d.code == "mig-unsupported-gpu"]
+    assert d.message.startswith("gpupolicy's catalog has no MIG profile table for NVIDIA-H100-97GB")
+    assert "does not support MIG" not in d.message and "policy/catalog.yaml" in d.hint
+    t4 = load("v0.17.1", "T4", 1, "{mig: {strategy: mixed, layout: {1g.5gb: 1}}}")
+    assert [d.message for d in t4.diagnostics if d.code == "mig-unsupported-gpu"] == ["Tesla-T4 does not support MIG"]
 
 
 # ---- generated specs: every promised resource is one the targeted release advertises ---------------------------

@@ -175,3 +175,18 @@ def test_tainted_whole_gpu_nodes_count_only_for_pods_that_tolerate_them(server: 
     assert tolerant["allowed"] is False
     assert "For nvidia.com/gpu the scheduler may place the pod on class h100-train (exclusive)" in \
         tolerant["status"]["message"]
+
+
+# --- bounded answers --------------------------------------------------------------------------------------------
+
+
+def test_a_megabyte_name_and_resource_key_are_quoted_shortened_in_every_cause(server: Server) -> None:
+    obj = pod({"name": "c" * 1_000_000, "image": "app:1",
+               "resources": {"limits": {GPU: 2, "nvidia.com/" + "k" * 200_000: 1}}}, namespace="nlp")
+    obj["metadata"]["name"] = "n" * 300_000
+    answer = review(use(server, "tke-l20-t4"), obj)
+    assert answer["allowed"] is False
+    causes = answer["status"]["details"]["causes"]
+    assert [c["reason"] for c in causes] == ["gpu-request-unsatisfiable", "shared-gpu-request-above-one"]
+    assert all(len(c["message"]) <= 4000 and len(c["field"]) <= 4000 for c in causes)  # was 6.2 MB in all
+    assert len(json.dumps(answer)) < 20_000

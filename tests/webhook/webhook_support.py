@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -184,16 +185,18 @@ class KubeletVolume:
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        self._generation = 0
 
     def path(self, name: str) -> Path:
         return self.root / name
 
     def write(self, files: Mapping[str, bytes | str]) -> None:
-        self._generation += 1
-        stamp = f"..{time.strftime('%Y_%m_%d_%H_%M_%S')}.{os.getpid()}{self._generation}"
-        payload = self.root / stamp
-        payload.mkdir()
+        # A fresh directory each time, made as the kubelet makes it (kubernetes pkg/volume/util/atomic_writer.go
+        # newTimestampDir: os.MkdirTemp(dir, "..2006_01_02_15_04_05.") in UTC, then mode 0755), so two writers of
+        # one volume in the same second never collide.
+        payload = Path(tempfile.mkdtemp(prefix=f"..{time.strftime('%Y_%m_%d_%H_%M_%S', time.gmtime())}.",
+                                        dir=self.root))
+        payload.chmod(0o755)
+        stamp = payload.name
         for name, content in files.items():
             (payload / name).write_bytes(content.encode() if isinstance(content, str) else content)
         staging = self.root / "..data_tmp"
