@@ -1,0 +1,274 @@
+"""Evaluate ValidatingAdmissionPolicy objects the way kube-apiserver does, for tests.
+
+The CEL engine is cel-expr-python (Google's cel-cpp), as in cel_k8s.py; Kubernetes runs cel-go, so this is a close
+mirror, not the API server (reference cel-monitoring.md §1.7). On top of it this module implements, once, the
+Kubernetes CEL library functions the compiled policies use, each checked against the examples in its Kubernetes
+documentation (tests/test_cel_vap.py; the doc comments of k8s.io/apiserver pkg/cel/library quantity.go and
+lists.go, cel-go ext/strings.go, rendered at kubernetes.io/docs/reference/using-api/cel):
+
+* quantity library (Kubernetes 1.29+): ``quantity(s)``, ``isQuantity(s)`` and on a Quantity ``isInteger()``,
+  ``asInteger()``, ``compareTo(q)``, ``isGreaterThan(q)``, ``isLessThan(q)``. cel-cpp cannot return an opaque
+  Python type, so a Quantity travels as the map ``{"__k8s_quantity__": "<numerator>/<denominator>"}``;
+* lists library (every version): ``sum()``, ``min()``, ``max()``, ``indexOf(x)``;
+* strings extension: ``split(sep)`` (version 0) and ``join()``/``join(sep)`` (version 2, Kubernetes 1.30+),
+  declared here rather than loaded from cel-cpp's ExtStrings, whose ``indexOf`` would clash with the lists one.
+
+`environment(minor)` declares only what the API server at that minor accepts in a new expression (libraries are
+written against the n-1 compatibility version: k8s.io/apiserver pkg/cel/environment/base.go), so an expression
+using a later function fails to compile here as it would there. `evaluate_policy` runs one policy like the
+ValidatingAdmissionPolicy plugin (k8s.io/apiserver pkg/admission/plugin/policy/validating/validator.go):
+matchConditions (false skips the policy, an error goes to failurePolicy), variables in order (an erroring one is
+left out, so using it errors, as lazy evaluation would), then every validation, each failing one with its
+messageExpression (or, when that errors, is blank or spans lines, its message).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_optional
+from cel_k8s import CelError, to_unstructured
+
+__all__ = ["Decision", "PolicyResult", "compile_in", "environment", "evaluate_policy", "parse_quantity"]
+
+T = cel.Type
+_QUANTITY_TYPE = T.Map(T.STRING, T.STRING)
+_QUANTITY_KEY = "__k8s_quantity__"
+_INT64 = (-(2**63), 2**63 - 1)
+VARIABLES = ("object", "oldObject", "request", "namespaceObject", "variables", "params")
+
+# ---------------------------------------------------------------- quantity (k8s.io/apimachinery resource)
+
+# ParseQuantity: a signed decimal number, then a binary suffix (Ki..Ei), a decimal suffix (n u m "" k M G T P E)
+# or a decimal exponent (e3, E-2). Anything else, "200K" and "1,3G" included, is not a quantity.
+_QUANTITY = re.compile(r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?")
+_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+
+def parse_quantity(text: str) -> Fraction:
+    """The exact value of a Kubernetes quantity; ValueError for text ParseQuantity refuses."""
+    match = _QUANTITY.fullmatch(text)
+    if match is None:
+        raise ValueError(f"quantities must match the regular expression: {text!r}")
+    sign, number, suffix = match.groups()
+    value = Fraction(number)
+    if suffix in _BINARY:
+        value *= 2 ** _BINARY[suffix]
+    elif suffix:
+        exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
+        value *= Fraction(10) ** exponent
+    # Quantities keep nano precision, rounding up (resource.Quantity, scale Nano).
+    nanos = value * 10**9
+    value = Fraction(-((-nanos.numerator) // nanos.denominator), 10**9) if nanos.denominator != 1 else value
+    return -value if sign == "-" else value
+
+
+def _carry(value: Fraction) -> dict[str, str]:
+    return {_QUANTITY_KEY: f"{value.numerator}/{value.denominator}"}
+
+
+def _value(carrier: Mapping[str, str]) -> Fraction:
+    return Fraction(carrier[_QUANTITY_KEY])
+
+
+def _quantity(text: str) -> dict[str, str]:
+    return _carry(parse_quantity(text))
+
+
+def _is_quantity(text: str) -> bool:
+    try:
+        parse_quantity(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_integer(q: Mapping[str, str]) -> bool:
+    value = _value(q)
+    return value.denominator == 1 and _INT64[0] <= value <= _INT64[1]
+
+
+def _as_integer(q: Mapping[str, str]) -> int:
+    if not _is_integer(q):
+        raise ValueError("cannot convert value to integer")
+    return int(_value(q))
+
+
+def _compare(a: Mapping[str, str], b: Mapping[str, str]) -> int:
+    x, y = _value(a), _value(b)
+    return (x > y) - (x < y)
+
+
+# ---------------------------------------------------------------- lists and strings
+
+
+def _sum(items: Sequence[Any]) -> Any:
+    return sum(items, 0)
+
+
+def _extreme(pick: Callable[[Sequence[Any]], Any], name: str) -> Callable[[Sequence[Any]], Any]:
+    def run(items: Sequence[Any]) -> Any:
+        if not items:
+            raise ValueError(f"{name} called on empty list")
+        return pick(items)
+    return run
+
+
+def _index_of(items: Sequence[Any], item: Any) -> int:
+    return next((i for i, x in enumerate(items) if x == item and type(x) is type(item)), -1)
+
+
+def _split(text: str, separator: str) -> list[str]:
+    return text.split(separator) if separator else list(text)
+
+
+# ---------------------------------------------------------------- the environment per Kubernetes minor
+
+
+def _decl(name: str, *overloads: tuple[str, cel.Type, list[cel.Type], bool, Callable[..., Any]]) -> cel.FunctionDecl:
+    return cel.FunctionDecl(name, [cel.Overload(i, r, p, is_member=m, impl=f) for i, r, p, m, f in overloads])
+
+
+def _lists() -> list[cel.FunctionDecl]:
+    any_list = T.List(T.DYN)
+    # cel-cpp dispatches on argument kinds at run time, so indexOf gets one overload per element kind and
+    # sum/min/max one on list(dyn) (cel-monitoring.md §1.7).
+    return [
+        _decl("sum", ("list_sum", T.DYN, [any_list], True, _sum)),
+        _decl("min", ("list_min", T.DYN, [any_list], True, _extreme(min, "min"))),
+        _decl("max", ("list_max", T.DYN, [any_list], True, _extreme(max, "max"))),
+        _decl("indexOf",
+              ("list_indexOf_string", T.INT, [any_list, T.STRING], True, _index_of),
+              ("list_indexOf_int", T.INT, [any_list, T.INT], True, _index_of),
+              ("string_indexOf", T.INT, [T.STRING, T.STRING], True, lambda s, x: s.find(x))),
+    ]
+
+
+def _quantities() -> list[cel.FunctionDecl]:
+    q = _QUANTITY_TYPE
+    return [
+        _decl("quantity", ("string_to_quantity", q, [T.STRING], False, _quantity)),
+        _decl("isQuantity", ("is_quantity_string", T.BOOL, [T.STRING], False, _is_quantity)),
+        _decl("isInteger", ("quantity_is_integer", T.BOOL, [q], True, _is_integer)),
+        _decl("asInteger", ("quantity_get_int", T.INT, [q], True, _as_integer)),
+        _decl("compareTo", ("quantity_compareTo", T.INT, [q, q], True, _compare)),
+        _decl("isGreaterThan", ("quantity_isGreaterThan", T.BOOL, [q, q], True, lambda a, b: _compare(a, b) > 0)),
+        _decl("isLessThan", ("quantity_isLessThan", T.BOOL, [q, q], True, lambda a, b: _compare(a, b) < 0)),
+    ]
+
+
+def _strings(minor: int) -> list[cel.FunctionDecl]:
+    found = [_decl("split", ("string_split_string", T.List(T.STRING), [T.STRING, T.STRING], True, _split))]
+    if minor >= 30:  # strings version 2 (join) is introduced in 1.29, so writable from 1.30
+        found.append(_decl("join",
+                           ("list_join", T.STRING, [T.List(T.STRING)], True, lambda items: "".join(items)),
+                           ("list_join_string", T.STRING, [T.List(T.STRING), T.STRING], True,
+                            lambda items, sep: sep.join(items))))
+    return found
+
+
+@functools.cache
+def environment(minor: int) -> cel.Env:
+    """The CEL environment of a new ValidatingAdmissionPolicy expression on Kubernetes 1.<minor>."""
+    functions = _lists() + _strings(minor)
+    extensions = []
+    if minor >= 29:  # optionals and the quantity library are introduced in 1.28
+        functions += _quantities()
+        extensions.append(ext_optional.ExtOptional())
+    return cel.NewEnv(variables={name: T.DYN for name in VARIABLES}, extensions=extensions, functions=functions)
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_in(expression: str, minor: int) -> cel.Expression:
+    """Compile an expression as the API server at 1.<minor> would accept it, or raise CelError."""
+    try:
+        return environment(minor).compile(expression)
+    except RuntimeError as err:
+        raise CelError(f"compile error: {err}") from err
+
+
+def _run(expression: str, minor: int, data: Mapping[str, Any]) -> Any:
+    try:
+        result = compile_in(expression, minor).eval(data=data)
+    except RuntimeError as err:
+        raise CelError(f"evaluation error: {err}") from err
+    if result.type() == T.ERROR:
+        raise CelError(f"evaluation error: {result.value()}")
+    return result.plain_value()
+
+
+# ---------------------------------------------------------------- one policy, like the admission plugin
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One validation that did not pass: its index, the message the user would read, or the evaluation error."""
+
+    index: int
+    message: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    matched: bool
+    """Every matchCondition was true (else the policy was skipped)."""
+    decisions: tuple[Decision, ...] = ()
+    variables: Mapping[str, Any] | None = None
+    """Every variable that evaluated, by name (for tests that look inside)."""
+
+
+def evaluate_policy(policy: Mapping[str, Any], *, object: Mapping[str, Any] | None,
+                    old_object: Mapping[str, Any] | None = None, operation: str = "CREATE",
+                    namespace: Mapping[str, Any] | None = None, minor: int = 30) -> PolicyResult:
+    """Run one ValidatingAdmissionPolicy over an admission request (matching by resource is the caller's)."""
+    spec = policy["spec"]
+    data: dict[str, Any] = {
+        "object": to_unstructured(object),
+        "oldObject": to_unstructured(old_object),
+        "request": {"operation": operation},
+        "namespaceObject": to_unstructured(namespace),
+        "params": None,
+        "variables": {},
+    }
+    for condition in spec.get("matchConditions", []):
+        if _run(condition["expression"], minor, data) is False:
+            return PolicyResult(False)
+    known: dict[str, Any] = {}
+    for variable in spec.get("variables", []):
+        data["variables"] = known
+        try:
+            known[variable["name"]] = _run(variable["expression"], minor, data)
+        except CelError:
+            continue  # lazily evaluated in the API server: the error surfaces where the variable is used
+    data["variables"] = known
+    decisions = []
+    for index, validation in enumerate(spec.get("validations", [])):
+        try:
+            passed = _run(validation["expression"], minor, data)
+        except CelError as err:
+            decisions.append(Decision(index, "", str(err)))
+            continue
+        if passed is not True:
+            decisions.append(Decision(index, _message(validation, minor, data)))
+    return PolicyResult(True, tuple(decisions), known)
+
+
+def _message(validation: Mapping[str, Any], minor: int, data: Mapping[str, Any]) -> str:
+    message = ""
+    if "messageExpression" in validation:
+        try:
+            found = _run(validation["messageExpression"], minor, data)
+        except CelError:
+            found = ""
+        message = found.strip() if isinstance(found, str) else ""
+        if "\n" in message or len(message) > 5 * 1024:  # MaxEvaluatedMessageExpressionSizeBytes
+            message = ""
+    return message or validation.get("message", "").strip() or f"failed expression: {validation['expression']}"
