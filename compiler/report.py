@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler import operator_fields, serialize
-from compiler.targets import flux, gpu_operator, namespaces, node_labels
+from compiler.targets import admission_policy, flux, gpu_operator, namespaces, node_labels
 from compiler.targets import hami as hami_target
 from compiler.targets.monitoring import collectors
 from compiler.targets.monitoring import rules as monitoring_rules
@@ -332,7 +332,7 @@ def _overhead(resolved: ResolvedClass) -> str:
 
 def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
     plugin = resolved.spec.device_plugin
-    notes: list[str] = _hami_notes(resolved)
+    notes: list[str] = [*admission_policy.report_notes(resolved), *_hami_notes(resolved)]
     if plugin.deploy == "standalone" and resolved.plugin_classes:
         notes.append(
             "Each node class gets its own device-plugin DaemonSet, selected by the labels its nodes already "

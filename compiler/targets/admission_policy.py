@@ -42,7 +42,7 @@ from policy.rules import RULES, ClassView
 from policy.workloads import GPU_PREFIX
 
 __all__ = ["ACTIONS", "CEL_FEATURES", "NOT_DECIDED", "PATHS", "PodSpecPath", "render_admission_policies",
-           "variables_of"]
+           "report_notes", "variables_of"]
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 NAME_SUFFIX = ".gpupolicy.dev"
@@ -61,6 +61,22 @@ NOT_DECIDED: tuple[tuple[str, str], ...] = (
     ("cost budget", "a pod far beyond the largest one measured (docs/validating-admission-policy.md) can exhaust "
      "the API server's CEL budget; failurePolicy then decides (Ignore beside the webhook, so it decides)"),
 )
+
+
+#: What only the webhook does, beyond the cases above: where the engine's answer is richer than CEL's.
+WEBHOOK_ONLY: tuple[str, ...] = (
+    "messages with a reason per class and the nearest offered MIG profile or label value (the VAP's messages "
+    "name the rule, the object and a fix, without the per-class detail)",
+    "metrics per rule and outcome (gpupolicy_admission_decisions_total); the API server counts VAP denials in "
+    "apiserver_validating_admission_policy_check_total",
+)
+
+#: The API server's CEL limits for a ValidatingAdmissionPolicy (k8s.io/apiserver pkg/apis/cel/config.go): per
+#: expression evaluation, and per (policy, binding) evaluation shared by validations and the variables they use.
+PER_CALL_LIMIT = 1_000_000
+POLICY_BUDGET = 10_000_000
+#: The largest pod the cost is measured on (tests/compiler/test_admission_policy_cost.py): 300 containers.
+COST_POD_CONTAINERS = 300
 
 
 @dataclass(frozen=True)
@@ -97,7 +113,6 @@ CEL_FEATURES: Mapping[str, int] = {
     "quantity(), asInteger()": 29,
     "lists: sum(), max(), indexOf()": 0,
     "strings v2: join()": 30,
-    "sets.equivalent()": 30,
     "matches(), startsWith(), string(), int(), size()": 0,
 }
 
@@ -233,6 +248,10 @@ def _per_request(path: PodSpecPath) -> list[tuple[str, str]]:
         ("mismatched", f"{v('failing')}.filter(r, !{v('placeable')}.exists(n, r in {v('offers')}[n]) && "
                        f"{_mig_mismatch('r')})"),
         ("oldSpec", f"oldObject == null ? {{}} : {path.optional_spec('oldObject')}.orValue({{}})"),
+        ("oldGpuInit", f"{v('oldSpec')}.?initContainers.orValue([]).filter(c, {_requests_gpu('c')})"),
+        ("oldGpuApp", f"{v('oldSpec')}.?containers.orValue([]).filter(c, {_requests_gpu('c')})"),
+        ("oldInitNames", f"{v('oldGpuInit')}.map(c, c.name)"),
+        ("oldAppNames", f"{v('oldGpuApp')}.map(c, c.name)"),
         ("unchanged", _unchanged()),
         # Nothing to decide: an UPDATE keeping GPUs and placement, or only zero counts (engine: allowed).
         ("skip", f"{v('unchanged')} || !{v('asks')}"),
@@ -290,21 +309,25 @@ def _mig_mismatch(r: str) -> str:
 
 
 def _unchanged() -> str:
-    """An UPDATE keeping every GPU request and the placement (engine._unchanged, containers paired by name)."""
+    """An UPDATE keeping every GPU request and the placement (engine._unchanged).
+
+    The GPU containers of each section must have the same names in the same order; each is then paired with the
+    old one of its name (indexOf, so the cost stays linear in the pair count, not quadratic) and compared by
+    restart policy and by the count of every nvidia.com/ resource."""
     same = f"{_effective_text('o', 'k')} == {_effective_text('c', 'k')}"
 
-    def section(mine: str, theirs: str) -> str:
-        others = f"{theirs}.filter(c, {_requests_gpu('c')})"
-        return (f"{mine}.map(c, c.name) == {others}.map(c, c.name) && {mine}.all(c, {others}.exists(o, "
-                f"o.name == c.name && o.?restartPolicy.orValue('') == c.?restartPolicy.orValue('') && "
+    def section(mine: str, names: str, theirs: str) -> str:
+        pair = f"[{theirs}[{v(names)}.indexOf(c.name)]]"
+        return (f"{mine}.map(c, c.name) == {v(names)} && {mine}.all(c, {pair}.all(o, "
+                f"o.?restartPolicy.orValue('') == c.?restartPolicy.orValue('') && "
                 f"{_all_gpu_keys('c', same)} && {_all_gpu_keys('o', same)}))")
 
     terms = ".?affinity.?nodeAffinity.?requiredDuringSchedulingIgnoredDuringExecution.?nodeSelectorTerms.orValue([])"
     new, old = v("spec"), v("oldSpec")
     return (f"request.operation == 'UPDATE' && oldObject != null && "
             f"{new}.?nodeSelector.orValue({{}}) == {old}.?nodeSelector.orValue({{}}) && "
-            f"{new}{terms} == {old}{terms} && {section(v('gpuInit'), old + '.?initContainers.orValue([])')} && "
-            f"{section(v('gpuApp'), old + '.?containers.orValue([])')}")
+            f"{new}{terms} == {old}{terms} && {section(v('gpuInit'), 'oldInitNames', v('oldGpuInit'))} && "
+            f"{section(v('gpuApp'), 'oldAppNames', v('oldGpuApp'))}")
 
 
 def _tenancy() -> list[tuple[str, str]]:
@@ -504,6 +527,30 @@ def render_admission_policies(resolved: ResolvedPolicy) -> list[Obj]:
             out.append(_policy_object(resolved, document, path, mode, rules, both))
             out.append(_binding(resolved.policy, path, mode))
     return sorted(out, key=lambda obj: (obj["kind"], obj["metadata"]["name"]))
+
+
+def report_notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
+    """REPORT.md's notes on who enforces the rules, and what the ValidatingAdmissionPolicy leaves to the webhook."""
+    spec = resolved.spec
+    if not spec.admission.enabled:
+        return ()
+    engine = spec.admission_engine
+    if engine == "webhook":
+        return ("Admission: the webhook enforces every rule (admission.engine: webhook). From Kubernetes 1.30, "
+                "admission.engine: both adds ValidatingAdmissionPolicies that hold the core rules inside the API "
+                "server even while the webhook is down.",)
+    gaps = "; ".join(f"{what}: {why}" for what, why in NOT_DECIDED)
+    cost = (f" Estimated CEL cost on a {COST_POD_CONTAINERS}-container pod: each policy stays within the API "
+            f"server's {POLICY_BUDGET:,} per evaluation and each expression within {PER_CALL_LIMIT:,} "
+            "(docs/validating-admission-policy.md).")
+    if engine == "both":
+        return (f"Admission: ValidatingAdmissionPolicies (admission/validatingadmissionpolicy-*) hold the rules CEL "
+                f"decides inside the API server, which runs them before the webhook, so their message is the one "
+                f"users see; the webhook still evaluates everything and decides what CEL leaves to it ({gaps})."
+                + cost,)
+    return (f"Admission: ValidatingAdmissionPolicies only (admission.engine: vap): no webhook is deployed. Not "
+            f"enforced without the webhook: {gaps}; and "
+            + "; ".join(WEBHOOK_ONLY) + "." + cost,)
 
 
 def _summary(rule: RuleId) -> str:
