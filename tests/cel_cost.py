@@ -377,7 +377,7 @@ def _as_integer(value: Any) -> int:
 
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "_==_": lambda a, b: a == b and type(a) is type(b) or (isinstance(a, int) and isinstance(b, int) and a == b),
+    "_==_": lambda a, b: (a == b and type(a) is type(b)) or (isinstance(a, int) and isinstance(b, int) and a == b),
     "_!=_": lambda a, b: not (a == b and type(a) is type(b)),
     "_<_": _compare(lambda a, b: a < b), "_<=_": _compare(lambda a, b: a <= b),
     "_>_": _compare(lambda a, b: a > b), "_>=_": _compare(lambda a, b: a >= b),

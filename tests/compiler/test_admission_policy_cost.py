@@ -87,8 +87,7 @@ def test_the_cost_interpreter_charges_like_cel_go() -> None:
     assert cel_cost.cost_of("[1, 2]", {}).cost == 10
     assert cel_cost.cost_of("{'a': 1}", {}).cost == 30
     assert cel_cost.cost_of("'x' in object", {"object": ["a", "b", "x"]}).cost == 1 + 3
-    assert cel_cost.cost_of("object == 'a' * 0 + 'a'" if False else "object == 'aaaaaaaaaaa'", {"object": "b" * 11}).cost \
-        == 1 + 2
+    assert cel_cost.cost_of("object == 'aaaaaaaaaaa'", {"object": "b" * 11}).cost == 1 + 2
     mapped = cel_cost.cost_of("object.map(x, x + 1)", {"object": [1, 2, 3]})
     assert mapped.value == [2, 3, 4] and mapped.cost > 3 * 10
 
