@@ -35,7 +35,8 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional
 from cel_k8s import CelError, to_unstructured
 
-__all__ = ["Decision", "PolicyResult", "compile_in", "environment", "evaluate_policy", "parse_quantity"]
+__all__ = ["Decision", "PolicyResult", "Undecodable", "as_integer", "compile_in", "environment", "evaluate_policy",
+           "is_integer", "is_quantity", "parse_quantity"]
 
 T = cel.Type
 _QUANTITY_TYPE = T.Map(T.STRING, T.STRING)
@@ -82,7 +83,7 @@ def _quantity(text: str) -> dict[str, str]:
     return _carry(parse_quantity(text))
 
 
-def _is_quantity(text: str) -> bool:
+def is_quantity(text: str) -> bool:
     try:
         parse_quantity(text)
     except ValueError:
@@ -90,15 +91,16 @@ def _is_quantity(text: str) -> bool:
     return True
 
 
-def _is_integer(q: Mapping[str, str]) -> bool:
-    value = _value(q)
+def is_integer(value: Fraction) -> bool:
+    """Quantity.isInteger: a whole number an int64 holds."""
     return value.denominator == 1 and _INT64[0] <= value <= _INT64[1]
 
 
-def _as_integer(q: Mapping[str, str]) -> int:
-    if not _is_integer(q):
+def as_integer(value: Fraction) -> int:
+    """Quantity.asInteger, or the error it raises."""
+    if not is_integer(value):
         raise ValueError("cannot convert value to integer")
-    return int(_value(q))
+    return int(value)
 
 
 def _compare(a: Mapping[str, str], b: Mapping[str, str]) -> int:
@@ -155,9 +157,9 @@ def _quantities() -> list[cel.FunctionDecl]:
     q = _QUANTITY_TYPE
     return [
         _decl("quantity", ("string_to_quantity", q, [T.STRING], False, _quantity)),
-        _decl("isQuantity", ("is_quantity_string", T.BOOL, [T.STRING], False, _is_quantity)),
-        _decl("isInteger", ("quantity_is_integer", T.BOOL, [q], True, _is_integer)),
-        _decl("asInteger", ("quantity_get_int", T.INT, [q], True, _as_integer)),
+        _decl("isQuantity", ("is_quantity_string", T.BOOL, [T.STRING], False, is_quantity)),
+        _decl("isInteger", ("quantity_is_integer", T.BOOL, [q], True, lambda c: is_integer(_value(c)))),
+        _decl("asInteger", ("quantity_get_int", T.INT, [q], True, lambda c: as_integer(_value(c)))),
         _decl("compareTo", ("quantity_compareTo", T.INT, [q, q], True, _compare)),
         _decl("isGreaterThan", ("quantity_isGreaterThan", T.BOOL, [q, q], True, lambda a, b: _compare(a, b) > 0)),
         _decl("isLessThan", ("quantity_isLessThan", T.BOOL, [q, q], True, lambda a, b: _compare(a, b) < 0)),
@@ -207,6 +209,17 @@ def _run(expression: str, minor: int, data: Mapping[str, Any]) -> Any:
 # ---------------------------------------------------------------- one policy, like the admission plugin
 
 
+class Undecodable(Exception):
+    """The API server cannot decode the object (a resource amount that is no quantity): no admission step sees it."""
+
+
+def _as_the_api_server_shows(obj: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    try:
+        return to_unstructured(obj)
+    except (TypeError, ArithmeticError) as err:
+        raise Undecodable(str(err)) from err
+
+
 @dataclass(frozen=True)
 class Decision:
     """One validation that did not pass: its index, the message the user would read, or the evaluation error."""
@@ -231,8 +244,8 @@ def evaluate_policy(policy: Mapping[str, Any], *, object: Mapping[str, Any] | No
     """Run one ValidatingAdmissionPolicy over an admission request (matching by resource is the caller's)."""
     spec = policy["spec"]
     data: dict[str, Any] = {
-        "object": to_unstructured(object),
-        "oldObject": to_unstructured(old_object),
+        "object": _as_the_api_server_shows(object),
+        "oldObject": _as_the_api_server_shows(old_object),
         "request": {"operation": operation},
         "namespaceObject": to_unstructured(namespace),
         "params": None,
