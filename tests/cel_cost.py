@@ -103,6 +103,31 @@ def _constant(data: bytes) -> Any:
     raise CostError("unsupported constant")
 
 
+#: Field number -> (Node attribute, decoder) of the messages cel.expr.Expr holds (checked.proto, syntax.proto):
+#: Expr.Select {operand 1, field 2, test_only 3}, Expr.Call {target 1, function 2, args 3 (repeated)}.
+_SELECT = {1: ("target", lambda v: _expr(v)), 2: ("name", bytes.decode), 3: ("test_only", bool)}
+_CALL = {1: ("target", lambda v: _expr(v)), 2: ("name", bytes.decode), 3: ("args", lambda v: _expr(v))}
+_COMPREHENSION = {1: "iter_var", 2: "iter_range", 3: "accu_var", 4: "accu_init", 5: "loop_condition",
+                  6: "loop_step", 7: "result"}
+
+
+def _fill(node: Node, layout: dict[int, tuple[str, Any]], data: bytes) -> None:
+    for number, _, value in _fields(data):
+        if number in layout:
+            name, decode = layout[number]
+            current = getattr(node, name)
+            if isinstance(current, list):
+                current.append(decode(value))
+            else:
+                setattr(node, name, decode(value))
+
+
+def _entry(data: bytes) -> tuple[Node, Node, bool]:
+    """Expr.CreateStruct.Entry {map_key 3, value 4, optional_entry 5}."""
+    parts = {n: v for n, _, v in _fields(data)}
+    return _expr(parts[3]), _expr(parts[4]), bool(parts.get(5, 0))
+
+
 def _expr(data: bytes) -> Node:
     node = Node(0, "")
     for number, _, value in _fields(data):
@@ -112,24 +137,9 @@ def _expr(data: bytes) -> Node:
             node.kind, node.value = "const", _constant(value)
         elif number == 4:
             node.kind, node.name = "ident", _fields(value)[0][2].decode()
-        elif number == 5:
-            node.kind = "select"
-            for n, _, v in _fields(value):
-                if n == 1:
-                    node.target = _expr(v)
-                elif n == 2:
-                    node.name = v.decode()
-                elif n == 3:
-                    node.test_only = bool(v)
-        elif number == 6:
-            node.kind = "call"
-            for n, _, v in _fields(value):
-                if n == 1:
-                    node.target = _expr(v)
-                elif n == 2:
-                    node.name = v.decode()
-                elif n == 3:
-                    node.args.append(_expr(v))
+        elif number in (5, 6):
+            node.kind = "select" if number == 5 else "call"
+            _fill(node, _SELECT if number == 5 else _CALL, value)
         elif number == 7:
             node.kind = "list"
             for n, w, v in _fields(value):
@@ -139,28 +149,14 @@ def _expr(data: bytes) -> Node:
                     node.optional_indices += [_varint(v, i)[0] for i in range(len(v))] if w == 2 else [v]
         elif number == 8:
             node.kind = "map"
-            for n, _, v in _fields(value):
-                if n == 2:
-                    key = val = None
-                    optional = False
-                    for en, _, ev in _fields(v):
-                        if en == 3:
-                            key = _expr(ev)
-                        elif en == 4:
-                            val = _expr(ev)
-                        elif en == 5:
-                            optional = bool(ev)
-                    assert key is not None and val is not None
-                    node.entries.append((key, val, optional))
+            node.entries = [_entry(v) for n, _, v in _fields(value) if n == 2]
         elif number == 9:
             node.kind = "comprehension"
-            names = {1: "iter_var", 2: "iter_range", 3: "accu_var", 4: "accu_init", 5: "loop_condition",
-                     6: "loop_step", 7: "result"}
             for n, _, v in _fields(value):
                 if n in (1, 3):
-                    node.comprehension[names[n]] = v.decode()
-                elif n in names:
-                    node.comprehension[names[n]] = _expr(v)
+                    node.comprehension[_COMPREHENSION[n]] = v.decode()
+                elif n in _COMPREHENSION:
+                    node.comprehension[_COMPREHENSION[n]] = _expr(v)
     return node
 
 
@@ -270,6 +266,7 @@ class _Run:
             return self.eval(node.args[1] if condition else node.args[2])
         if name == "@not_strictly_false":
             value = self._catch(node.args[0])
+            self.cost += 1  # a call like any other (cel-go evalUnary), with no traversal
             return value is not False
         args = ([self.eval(node.target)] if node.target is not None else []) + [self._strict(a) for a in node.args]
         if name == "_?._":
@@ -316,15 +313,27 @@ def _call_cost(name: str, args: list[Any]) -> int:
         return _ceil(len(args[0]) * STRING_FACTOR)
     if name == "matches":
         return _ceil((1 + len(args[0])) * STRING_FACTOR) * _ceil(len(args[1]) * REGEX_FACTOR)
+    # Kubernetes' library functions cost 1 without StrictCostEnforcementForVAP (off in 1.30 and 1.31) and their
+    # traversal with it (on from 1.32, k8s.io/apiserver pkg/cel/library/cost.go CallCost): the larger is charged.
     if name in ("sum", "max", "min", "indexOf"):
-        strings = sum(len(x) for x in args[0] if isinstance(x, str))
-        return len(args[0]) + _ceil(strings * STRING_FACTOR)
+        return max(1, _traversal(args[0]))
     if name in ("quantity", "isQuantity"):
-        return _ceil(len(args[0]) * STRING_FACTOR)
+        return max(1, _ceil(len(args[0]) * STRING_FACTOR))
     if name == "join":
-        return _ceil(sum(len(x) for x in args[0]) * STRING_FACTOR)
+        return max(1, _ceil(len((args[1] if len(args) > 1 else "").join(args[0])) * 2 * STRING_FACTOR))
     if name == "split":
-        return _ceil(len(args[0]) * 2 * STRING_FACTOR)
+        return max(1, _ceil(len(args[0]) * 2 * STRING_FACTOR))
+    return 1
+
+
+def _traversal(value: Any) -> int:
+    """library cost.go traversalCost: 0.1 per character, truncated per string; 1 per other scalar."""
+    if isinstance(value, str):
+        return int(len(value) * STRING_FACTOR)
+    if isinstance(value, list):
+        return sum(_traversal(item) for item in value)
+    if isinstance(value, dict):
+        return sum(_traversal(k) + _traversal(v) for k, v in value.items())
     return 1
 
 
@@ -370,18 +379,12 @@ def _quantity(text: str) -> Any:
     return cel_vap.parse_quantity(text)
 
 
-def _as_integer(value: Any) -> int:
-    if value.denominator != 1:
-        raise ValueError("cannot convert value to integer")
-    return int(value)
-
-
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "_==_": lambda a, b: (a == b and type(a) is type(b)) or (isinstance(a, int) and isinstance(b, int) and a == b),
     "_!=_": lambda a, b: not (a == b and type(a) is type(b)),
     "_<_": _compare(lambda a, b: a < b), "_<=_": _compare(lambda a, b: a <= b),
     "_>_": _compare(lambda a, b: a > b), "_>=_": _compare(lambda a, b: a >= b),
-    "_+_": _add, "_-_": lambda a, b: a - b,
+    "_+_": _add, "_-_": lambda a, b: a - b, "_*_": lambda a, b: a * b,
     "!_": lambda a: not a,
     "@in": lambda x, container: x in container,
     "_[_]": _index,
@@ -398,7 +401,9 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "min": lambda items: min(items),
     "indexOf": lambda items, x: items.index(x) if x in items else -1,
     "quantity": _quantity,
-    "asInteger": _as_integer,
+    "isQuantity": cel_vap.is_quantity,
+    "asInteger": cel_vap.as_integer,
+    "isInteger": cel_vap.is_integer,
 }
 
 
