@@ -49,6 +49,8 @@ __all__ = ["ACTIONS", "CEL_FEATURES", "NOT_COMPILED", "NOT_DECIDED", "PATHS", "P
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 NAME_SUFFIX = ".gpupolicy.dev"
+#: app.kubernetes.io/component of the policies and bindings (the Flux examples select them by it).
+COMPONENT = "admission-policy"
 
 #: validationActions per rule mode (cel-monitoring.md §1.1: Deny and Warn cannot be combined).
 ACTIONS: Mapping[RuleMode, tuple[str, ...]] = {"enforce": ("Deny",), "warn": ("Warn",), "audit": ("Audit",)}
@@ -695,13 +697,13 @@ def _policy_object(resolved: ResolvedPolicy, document: offers.AdmissionPolicy, p
         spec["auditAnnotations"] = [{"key": r, "valueExpression": f"{table[r].holds} ? '' : {table[r].message}"}
                                     for r in rules]
     return {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy",
-            "metadata": objects.metadata(_name(path, mode), labels=_labels(policy)), "spec": spec}
+            "metadata": _metadata(policy, _name(path, mode)), "spec": spec}
 
 
 def _binding(policy: ClusterGPUPolicy, path: PodSpecPath, mode: RuleMode) -> Obj:
     name = _name(path, mode)
     return {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": objects.metadata(name, labels=_labels(policy)),
+            "metadata": _metadata(policy, name),
             "spec": {"policyName": name, "validationActions": list(ACTIONS[mode])}}
 
 
@@ -778,8 +780,10 @@ def _summary(rule: RuleId) -> str:
     return next(r.summary for r in RULES if r.id == rule)
 
 
-def _labels(policy: ClusterGPUPolicy) -> dict[str, str]:
-    return objects.labels(policy, "admission-policy")
+def _metadata(policy: ClusterGPUPolicy, name: str) -> Obj:
+    # The policies need nothing running, so Argo CD applies them with the workloads, not after the webhook.
+    return objects.metadata(name, labels=objects.labels(policy, COMPONENT),
+                            annotations={objects.SYNC_WAVE: objects.SYNC_WAVE_WORKLOAD})
 
 
 def _requirement(req: Any) -> Obj:
