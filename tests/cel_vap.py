@@ -25,7 +25,6 @@ messageExpression (or, when that errors, is blank or spans lines, its message).
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -34,6 +33,8 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional
 from cel_k8s import CelError, to_unstructured
+
+from policy.quantity import read_quantity
 
 __all__ = ["Decision", "PolicyResult", "Undecodable", "as_integer", "compile_in", "environment", "evaluate_policy",
            "is_integer", "is_quantity", "parse_quantity"]
@@ -46,29 +47,18 @@ VARIABLES = ("object", "oldObject", "request", "namespaceObject", "variables", "
 
 # ---------------------------------------------------------------- quantity (k8s.io/apimachinery resource)
 
-# ParseQuantity: a signed decimal number, then a binary suffix (Ki..Ei), a decimal suffix (n u m "" k M G T P E)
-# or a decimal exponent (e3, E-2). Anything else, "200K" and "1,3G" included, is not a quantity.
-_QUANTITY = re.compile(r"([+-]?)([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?")
-_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
-_DECIMAL = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-
-
 def parse_quantity(text: str) -> Fraction:
-    """The exact value of a Kubernetes quantity; ValueError for text ParseQuantity refuses."""
-    match = _QUANTITY.fullmatch(text)
-    if match is None:
+    """The exact value of a Kubernetes quantity; ValueError for text ParseQuantity refuses.
+
+    The grammar is the product's reading of the API server's (policy/quantity.py), without the white space
+    Quantity.UnmarshalJSON trims: quantity() gets the text as it is. Values keep nano precision, their magnitude
+    rounded up (resource.Quantity, scale Nano)."""
+    found = read_quantity(text) if isinstance(text, str) and text == text.strip() else None
+    if not isinstance(found, Fraction):
         raise ValueError(f"quantities must match the regular expression: {text!r}")
-    sign, number, suffix = match.groups()
-    value = Fraction(number)
-    if suffix in _BINARY:
-        value *= 2 ** _BINARY[suffix]
-    elif suffix:
-        exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
-        value *= Fraction(10) ** exponent
-    # Quantities keep nano precision, rounding up (resource.Quantity, scale Nano).
-    nanos = value * 10**9
-    value = Fraction(-((-nanos.numerator) // nanos.denominator), 10**9) if nanos.denominator != 1 else value
-    return -value if sign == "-" else value
+    nanos = abs(found) * 10**9
+    magnitude = Fraction(-(-nanos.numerator // nanos.denominator), 10**9)
+    return -magnitude if found < 0 else magnitude
 
 
 def _carry(value: Fraction) -> dict[str, str]:
