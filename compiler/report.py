@@ -243,7 +243,7 @@ def _monitoring(resolved: ResolvedPolicy) -> MonitoringReport | None:
         recording_rules=len(monitoring_rules.recording_rules(ctx)),
         alerts=tuple(a.name for a in monitoring_rules.alerts(ctx)),
         dashboard=settings.dashboard.enabled,
-        webhook=resolved.spec.admission.enabled,
+        webhook=ctx.admission,
         reconciler=monitoring_rules.reconciler_runs(resolved),
         node_label_allowlist=collectors.ksm_allowlist(resolved),
         kube_prometheus_stack_values=collectors.kube_prometheus_stack_values(resolved),

@@ -39,13 +39,13 @@ from compiler.targets.admission_webhook import RESOURCE_RULES, excluded_namespac
 from policy import offers
 from policy.engine import DEFAULT_WHO
 from policy.hami_rules import HamiAdmission
-from policy.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode
+from policy.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, Spec
 from policy.resolve import GPU, MIG_PREFIX, ResolvedPolicy
 from policy.rules import RULES, ClassView, excludes
 from policy.workloads import GPU_PREFIX, NodeRequirement
 
 __all__ = ["ACTIONS", "CEL_FEATURES", "NOT_COMPILED", "NOT_DECIDED", "PATHS", "PodSpecPath", "cel_rules",
-           "render_admission_policies", "report_notes", "variables_of"]
+           "policy_names", "render_admission_policies", "report_notes", "variables_of"]
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 NAME_SUFFIX = ".gpupolicy.dev"
@@ -673,15 +673,13 @@ def _name(path: PodSpecPath, mode: RuleMode) -> str:
 
 
 def _policy_object(resolved: ResolvedPolicy, document: offers.AdmissionPolicy, path: PodSpecPath, mode: RuleMode,
-                   rules: Iterable[RuleId], both: bool) -> Obj:
+                   rules: Iterable[RuleId]) -> Obj:
     policy = resolved.policy
     table = cel_rules(_Facts.of(document).tainted)
     validations = [{"expression": table[r].holds, "messageExpression": table[r].message,
                     "message": f"[{r}] {_summary(r)}", "reason": table[r].reason} for r in rules]
     spec: Obj = {
-        # Beside the webhook an evaluation error (a pod beyond the cost budget) is left to the webhook, so the VAP
-        # is never stricter; alone it follows admission.failurePolicy like the webhook would.
-        "failurePolicy": "Ignore" if both else policy.spec.admission.failure_policy,
+        "failurePolicy": failure_policy(policy.spec),
         "matchConstraints": {
             "matchPolicy": "Equivalent",
             "namespaceSelector": {"matchExpressions": [_requirement(excluded_namespaces(policy))]},
@@ -698,6 +696,12 @@ def _policy_object(resolved: ResolvedPolicy, document: offers.AdmissionPolicy, p
                                     for r in rules]
     return {"apiVersion": API_VERSION, "kind": "ValidatingAdmissionPolicy",
             "metadata": _metadata(policy, _name(path, mode)), "spec": spec}
+
+
+def failure_policy(spec: Spec) -> str:
+    """Ignore beside the webhook (an evaluation error, such as a pod beyond the cost budget, is left to it, so the
+    policies are never stricter); alone, admission.failurePolicy, as the webhook would have had."""
+    return "Ignore" if spec.admission_engine == "both" else spec.admission.failure_policy
 
 
 def _binding(policy: ClusterGPUPolicy, path: PodSpecPath, mode: RuleMode) -> Obj:
@@ -722,13 +726,18 @@ def render_admission_policies(resolved: ResolvedPolicy) -> list[Obj]:
     if not spec.admission.enabled or spec.admission_engine == "webhook":
         return []
     document = offers.build_admission_policy(resolved)
-    both = spec.admission_engine == "both"
     out: list[Obj] = []
     for path in PATHS:
         for mode, rules in rules_by_mode(document).items():
-            out.append(_policy_object(resolved, document, path, mode, rules, both))
+            out.append(_policy_object(resolved, document, path, mode, rules))
             out.append(_binding(resolved.policy, path, mode))
     return sorted(out, key=lambda obj: (obj["kind"], obj["metadata"]["name"]))
+
+
+def policy_names(resolved: ResolvedPolicy) -> tuple[str, ...]:
+    """The names of the ValidatingAdmissionPolicies `render_admission_policies` emits (monitoring watches them)."""
+    return tuple(o["metadata"]["name"] for o in render_admission_policies(resolved)
+                 if o["kind"] == "ValidatingAdmissionPolicy")
 
 
 def report_notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
