@@ -5,6 +5,7 @@ containers), counted by running every expression over it (tests/cel_cost.py)."""
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 import cel_cost
@@ -147,3 +148,18 @@ def test_the_interpreter_agrees_with_cel_cpp_on_the_library_functions() -> None:
                        "isQuantity('1Gi') && !isQuantity('1,5') && quantity('1500m').isInteger() == false"):
         assert cel_cost.cost_of(expression, {}).value is True, expression
         assert cel_vap.compile_in(expression, 30).eval(data={}).value() is True, expression
+
+
+def test_the_documentation_gives_the_figures_of_the_compiled_examples() -> None:
+    doc = Path(__file__).resolve().parents[2] / "docs" / "validating-admission-policy.md"
+    text = " ".join(doc.read_text().split())
+    for cluster in CLUSTERS:
+        estimates = [estimate_policy(policy_of(cluster, path), path.path) for path in PATHS]
+        name, largest = max((e.largest for e in estimates), key=lambda row: row[1])
+        total = max(e.total for e in estimates)
+        assert f"| {cluster} | {largest:,} (`{name}`) | {total:,} |" in text, cluster
+    runs = [measured(cluster, path, operation) for cluster in CLUSTERS for path in PATHS
+            for operation in ("CREATE", "UPDATE") if not (path.name == "pods" and operation == "UPDATE")]
+    costliest = max(max([*r.variables.values(), *r.validations, *r.messages, *r.match_conditions]) for r in runs)
+    assert f"the costliest expression is {costliest:,} and the costliest evaluation " \
+           f"{max(r.total for r in runs):,}" in text
