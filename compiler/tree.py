@@ -142,8 +142,7 @@ def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
         out["gpu-operator"] = {"clusterpolicy": gpu_operator.render_cluster_policy(resolved, *_operator_fields(
             resolved, out))}
     if resolved.spec.admission.enabled:
-        engine = resolved.spec.admission_engine
-        rendered = admission_webhook.render_admission(resolved) if engine != "vap" else []
+        rendered = admission_webhook.render_admission(resolved) if resolved.spec.runs_webhook else []
         rendered += admission_policy.render_admission_policies(resolved)
         out["admission"] = {_stem(obj): obj for obj in rendered}
     if resolved.spec.monitoring.enabled:

@@ -787,6 +787,11 @@ class Spec(Model):
         return "both" if self.kubernetes_minor >= VAP_MINOR else "webhook"
 
     @property
+    def runs_webhook(self) -> bool:
+        """The webhook server runs: admission on, and not compiled to ValidatingAdmissionPolicies alone."""
+        return self.admission.enabled and self.admission_engine != "vap"
+
+    @property
     def operator_mig_strategy(self) -> Literal["none", "single", "mixed"]:
         """The GPU Operator's one cluster-wide mig.strategy: the MIG classes' strategy (mixed if they differ).
 

@@ -21,9 +21,8 @@ OUT_TREES = sorted((ROOT / "examples" / "clusters").glob("*/out"))
 def runs_the_webhook(tree: Path) -> bool:
     """Whether the tree's spec runs the webhook (admission.engine vap enforces with the API server alone); read
     from the spec, not the tree, so a tree that lost its Deployment fails below instead of dropping out."""
-    spec = load_policy_or_raise((tree.parent / "cluster.yaml").read_text(encoding="utf-8"),
-                                filename=str(tree.parent / "cluster.yaml")).spec
-    return spec.admission.enabled and spec.admission_engine != "vap"
+    return load_policy_or_raise((tree.parent / "cluster.yaml").read_text(encoding="utf-8"),
+                                filename=str(tree.parent / "cluster.yaml")).spec.runs_webhook
 
 
 WEBHOOK_TREES = [tree for tree in OUT_TREES if runs_the_webhook(tree)]

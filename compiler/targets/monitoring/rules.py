@@ -129,8 +129,7 @@ class Context:
     @property
     def admission(self) -> bool:
         """The webhook runs (admission on, and not compiled to ValidatingAdmissionPolicies alone)."""
-        spec = self.resolved.spec
-        return spec.admission.enabled and spec.admission_engine != "vap"
+        return self.resolved.spec.runs_webhook
 
     @property
     def webhook_namespace(self) -> str:
