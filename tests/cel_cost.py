@@ -375,10 +375,6 @@ def _matches(text: str, pattern: str) -> bool:
     return re.search(pattern, text) is not None
 
 
-def _quantity(text: str) -> Any:
-    return cel_vap.parse_quantity(text)
-
-
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "_==_": lambda a, b: (a == b and type(a) is type(b)) or (isinstance(a, int) and isinstance(b, int) and a == b),
     "_!=_": lambda a, b: not (a == b and type(a) is type(b)),
@@ -394,16 +390,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "matches": _matches,
     "string": _string,
     "int": lambda s: int(s),
-    "join": lambda items, sep="": sep.join(items),
-    "split": lambda s, sep: s.split(sep),
-    "sum": lambda items: sum(items, 0),
-    "max": lambda items: max(items),
-    "min": lambda items: min(items),
-    "indexOf": lambda items, x: items.index(x) if x in items else -1,
-    "quantity": _quantity,
-    "isQuantity": cel_vap.is_quantity,
-    "asInteger": cel_vap.as_integer,
-    "isInteger": cel_vap.is_integer,
+    **cel_vap.LIBRARY,  # Kubernetes' library functions, as the cel-cpp environment runs them
 }
 
 

@@ -36,8 +36,8 @@ from cel_k8s import CelError, to_unstructured
 
 from policy.quantity import read_quantity
 
-__all__ = ["Decision", "PolicyResult", "Undecodable", "as_integer", "compile_in", "environment", "evaluate_policy",
-           "is_integer", "is_quantity", "parse_quantity"]
+__all__ = ["LIBRARY", "Decision", "PolicyResult", "Undecodable", "activation", "as_integer", "compile_in",
+           "environment", "evaluate_policy", "is_integer", "is_quantity", "parse_quantity"]
 
 T = cel.Type
 _QUANTITY_TYPE = T.Map(T.STRING, T.STRING)
@@ -113,12 +113,29 @@ def _extreme(pick: Callable[[Sequence[Any]], Any], name: str) -> Callable[[Seque
     return run
 
 
-def _index_of(items: Sequence[Any], item: Any) -> int:
+def _index_of(items: Sequence[Any] | str, item: Any) -> int:
+    """lists indexOf (an element of the same type), or the strings extension's on a string."""
+    if isinstance(items, str):
+        return items.find(item)
     return next((i for i, x in enumerate(items) if x == item and type(x) is type(item)), -1)
 
 
 def _split(text: str, separator: str) -> list[str]:
     return text.split(separator) if separator else list(text)
+
+
+def _join(items: Sequence[str], separator: str = "") -> str:
+    return separator.join(items)
+
+
+#: The Kubernetes library functions over plain values (a quantity as its exact Fraction), by CEL name, each
+#: implemented once: the environment below declares them for cel-cpp, and the cost interpreter (cel_cost.py)
+#: calls them as they are.
+LIBRARY: Mapping[str, Callable[..., Any]] = {
+    "sum": _sum, "min": _extreme(min, "min"), "max": _extreme(max, "max"), "indexOf": _index_of,
+    "split": _split, "join": _join,
+    "quantity": parse_quantity, "isQuantity": is_quantity, "isInteger": is_integer, "asInteger": as_integer,
+}
 
 
 # ---------------------------------------------------------------- the environment per Kubernetes minor
@@ -133,13 +150,13 @@ def _lists() -> list[cel.FunctionDecl]:
     # cel-cpp dispatches on argument kinds at run time, so indexOf gets one overload per element kind and
     # sum/min/max one on list(dyn) (cel-monitoring.md §1.7).
     return [
-        _decl("sum", ("list_sum", T.DYN, [any_list], True, _sum)),
-        _decl("min", ("list_min", T.DYN, [any_list], True, _extreme(min, "min"))),
-        _decl("max", ("list_max", T.DYN, [any_list], True, _extreme(max, "max"))),
+        _decl("sum", ("list_sum", T.DYN, [any_list], True, LIBRARY["sum"])),
+        _decl("min", ("list_min", T.DYN, [any_list], True, LIBRARY["min"])),
+        _decl("max", ("list_max", T.DYN, [any_list], True, LIBRARY["max"])),
         _decl("indexOf",
-              ("list_indexOf_string", T.INT, [any_list, T.STRING], True, _index_of),
-              ("list_indexOf_int", T.INT, [any_list, T.INT], True, _index_of),
-              ("string_indexOf", T.INT, [T.STRING, T.STRING], True, lambda s, x: s.find(x))),
+              ("list_indexOf_string", T.INT, [any_list, T.STRING], True, LIBRARY["indexOf"]),
+              ("list_indexOf_int", T.INT, [any_list, T.INT], True, LIBRARY["indexOf"]),
+              ("string_indexOf", T.INT, [T.STRING, T.STRING], True, LIBRARY["indexOf"])),
     ]
 
 
@@ -147,7 +164,7 @@ def _quantities() -> list[cel.FunctionDecl]:
     q = _QUANTITY_TYPE
     return [
         _decl("quantity", ("string_to_quantity", q, [T.STRING], False, _quantity)),
-        _decl("isQuantity", ("is_quantity_string", T.BOOL, [T.STRING], False, is_quantity)),
+        _decl("isQuantity", ("is_quantity_string", T.BOOL, [T.STRING], False, LIBRARY["isQuantity"])),
         _decl("isInteger", ("quantity_is_integer", T.BOOL, [q], True, lambda c: is_integer(_value(c)))),
         _decl("asInteger", ("quantity_get_int", T.INT, [q], True, lambda c: as_integer(_value(c)))),
         _decl("compareTo", ("quantity_compareTo", T.INT, [q, q], True, _compare)),
@@ -157,12 +174,11 @@ def _quantities() -> list[cel.FunctionDecl]:
 
 
 def _strings(minor: int) -> list[cel.FunctionDecl]:
-    found = [_decl("split", ("string_split_string", T.List(T.STRING), [T.STRING, T.STRING], True, _split))]
+    found = [_decl("split", ("string_split_string", T.List(T.STRING), [T.STRING, T.STRING], True, LIBRARY["split"]))]
     if minor >= 30:  # strings version 2 (join) is introduced in 1.29, so writable from 1.30
         found.append(_decl("join",
-                           ("list_join", T.STRING, [T.List(T.STRING)], True, lambda items: "".join(items)),
-                           ("list_join_string", T.STRING, [T.List(T.STRING), T.STRING], True,
-                            lambda items, sep: sep.join(items))))
+                           ("list_join", T.STRING, [T.List(T.STRING)], True, LIBRARY["join"]),
+                           ("list_join_string", T.STRING, [T.List(T.STRING), T.STRING], True, LIBRARY["join"])))
     return found
 
 
@@ -228,12 +244,11 @@ class PolicyResult:
     """Every variable that evaluated, by name (for tests that look inside)."""
 
 
-def evaluate_policy(policy: Mapping[str, Any], *, object: Mapping[str, Any] | None,
-                    old_object: Mapping[str, Any] | None = None, operation: str = "CREATE",
-                    namespace: Mapping[str, Any] | None = None, minor: int = 30) -> PolicyResult:
-    """Run one ValidatingAdmissionPolicy over an admission request (matching by resource is the caller's)."""
-    spec = policy["spec"]
-    data: dict[str, Any] = {
+def activation(*, object: Mapping[str, Any] | None, old_object: Mapping[str, Any] | None = None,
+               operation: str = "CREATE", namespace: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What a policy's expressions see of an admission request, as plain values (``variables`` still empty);
+    Undecodable where the API server could not decode the object."""
+    return {
         "object": _as_the_api_server_shows(object),
         "oldObject": _as_the_api_server_shows(old_object),
         "request": {"operation": operation},
@@ -241,6 +256,14 @@ def evaluate_policy(policy: Mapping[str, Any], *, object: Mapping[str, Any] | No
         "params": None,
         "variables": {},
     }
+
+
+def evaluate_policy(policy: Mapping[str, Any], *, object: Mapping[str, Any] | None,
+                    old_object: Mapping[str, Any] | None = None, operation: str = "CREATE",
+                    namespace: Mapping[str, Any] | None = None, minor: int = 30) -> PolicyResult:
+    """Run one ValidatingAdmissionPolicy over an admission request (matching by resource is the caller's)."""
+    spec = policy["spec"]
+    data = activation(object=object, old_object=old_object, operation=operation, namespace=namespace)
     for condition in spec.get("matchConditions", []):
         if _run(condition["expression"], minor, data) is False:
             return PolicyResult(False)

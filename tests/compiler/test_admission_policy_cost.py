@@ -72,9 +72,7 @@ def measured(cluster: str, path: PodSpecPath, operation: str) -> PolicyCost:
     result = cel_vap.evaluate_policy(policy, object=pod, old_object=old, operation=operation, namespace=namespace)
     assert result.matched and result.variables is not None
     assert result.variables["undecided"] is False
-    base = {"object": cel_vap.to_unstructured(pod), "oldObject": cel_vap.to_unstructured(old),
-            "request": {"operation": operation}, "namespaceObject": cel_vap.to_unstructured(namespace),
-            "params": None, "variables": {}}
+    base = cel_vap.activation(object=pod, old_object=old, operation=operation, namespace=namespace)
     costs: dict[str, int] = {}
     for variable in policy["spec"]["variables"]:
         found = cel_cost.cost_of(variable["expression"], base)
