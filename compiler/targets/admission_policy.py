@@ -682,7 +682,7 @@ def _policy_object(resolved: ResolvedPolicy, document: offers.AdmissionPolicy, p
         "failurePolicy": failure_policy(policy.spec),
         "matchConstraints": {
             "matchPolicy": "Equivalent",
-            "namespaceSelector": {"matchExpressions": [_requirement(excluded_namespaces(policy))]},
+            "namespaceSelector": {"matchExpressions": [objects.selector_expression(excluded_namespaces(policy))]},
             "resourceRules": [{"apiGroups": [group], "apiVersions": ["v1"], "operations": list(ops),
                                "resources": list(res), "scope": "Namespaced"} for group, res, ops in path.rules],
         },
@@ -793,10 +793,3 @@ def _metadata(policy: ClusterGPUPolicy, name: str) -> Obj:
     # The policies need nothing running, so Argo CD applies them with the workloads, not after the webhook.
     return objects.metadata(name, labels=objects.labels(policy, COMPONENT),
                             annotations={objects.SYNC_WAVE: objects.SYNC_WAVE_WORKLOAD})
-
-
-def _requirement(req: Any) -> Obj:
-    out: Obj = {"key": req.key, "operator": req.operator}
-    if req.operator in ("In", "NotIn"):
-        out["values"] = sorted(req.values)
-    return out

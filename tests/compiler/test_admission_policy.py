@@ -15,6 +15,7 @@ from typing import Any
 import cel_vap
 import kubernetes_validate
 import pytest
+import workload_fixtures
 import yaml
 from cel_k8s import CelError, canonical_quantity
 from hypothesis import HealthCheck, given, settings
@@ -34,7 +35,6 @@ from policy.workloads import Workload, find_workload, read_gpu_request, read_pla
 Obj = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "examples" / "clusters"
-FIXTURES = ROOT / "tests" / "fixtures" / "workloads"
 SEVERITY = {"Deny": "error", "Warn": "warning", "Audit": "info"}
 RESOURCES = {"Pod": "pods", "ReplicationController": "replicationcontrollers", "Deployment": "deployments",
              "ReplicaSet": "replicasets", "StatefulSet": "statefulsets", "DaemonSet": "daemonsets", "Job": "jobs",
@@ -260,25 +260,13 @@ def test_the_cases_cover_every_rule_and_both_verdicts() -> None:
 
 # ---------------------------------------------------------------- real-world manifests
 
-FIXTURE_FILES = sorted(FIXTURES.glob("*/*.yaml"))
-
-
-def fixture_header(path: Path) -> dict[str, str]:
-    header = {}
-    for line in path.read_text(encoding="utf-8").splitlines()[:4]:
-        key, _, value = line.removeprefix("# ").partition(": ")
-        header[key] = value.strip()
-    return header
-
-
-@pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", workload_fixtures.FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_each_real_world_manifest_gets_the_engines_verdict(path: Path) -> None:
-    header = fixture_header(path)
-    labels = dict(pair.split("=", 1) for pair in header.get("namespace-labels", "").split(",") if pair)
+    header = workload_fixtures.header(path)
+    labels = workload_fixtures.namespace_labels(header)
     namespace = labels.get("kubernetes.io/metadata.name", "apps")
-    for obj in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-        if obj:
-            assert_same(header["cluster"], obj, namespace=namespace, labels=labels)
+    for obj in workload_fixtures.documents(path):
+        assert_same(header["cluster"], obj, namespace=namespace, labels=labels)
 
 
 # ---------------------------------------------------------------- modes, ratchet, placement corners
