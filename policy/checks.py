@@ -338,7 +338,7 @@ def check_plugin_version(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
                          "Kubernetes 1.28 or newer", ("spec", "kubernetesVersion"),
                          "target 1.28 or newer, or set admission.enabled: false")
     engine = policy.spec.admission.engine
-    if engine in ("vap", "both") and policy.spec.kubernetes_minor < VAP_MINOR and policy.spec.admission.enabled:
+    if engine in ("vap", "both") and not policy.spec.vap_available and policy.spec.admission.enabled:
         yield Diagnostic("version-unsupported-feature", f"admission.engine {engine} compiles the rules to "
                          "ValidatingAdmissionPolicy, which is GA (admissionregistration.k8s.io/v1) from Kubernetes "
                          f"1.{VAP_MINOR}; the spec targets {policy.spec.kubernetes_version}",

@@ -784,7 +784,13 @@ class Spec(Model):
         """admission.engine, or its default for kubernetesVersion: both where VAP is GA, webhook below."""
         if self.admission.engine is not None:
             return self.admission.engine
-        return "both" if self.kubernetes_minor >= VAP_MINOR else "webhook"
+        return "both" if self.vap_available else "webhook"
+
+    @property
+    def vap_available(self) -> bool:
+        """The API server has ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA from 1.30): the one
+        version gate of gpupolicy's policies and of the node-label reconciler's."""
+        return self.kubernetes_minor >= VAP_MINOR
 
     @property
     def runs_webhook(self) -> bool:

@@ -44,7 +44,7 @@ from policy.resolve import GPU, MIG_PREFIX, ResolvedPolicy
 from policy.rules import RULES, ClassView, excludes
 from policy.workloads import GPU_PREFIX, NodeRequirement
 
-__all__ = ["ACTIONS", "CEL_FEATURES", "NOT_COMPILED", "NOT_DECIDED", "PATHS", "PodSpecPath", "cel_rules",
+__all__ = ["ACTIONS", "NOT_COMPILED", "NOT_DECIDED", "PATHS", "PodSpecPath", "cel_rules",
            "policy_names", "render_admission_policies", "report_notes", "variables_of"]
 
 API_VERSION = "admissionregistration.k8s.io/v1"
@@ -127,16 +127,6 @@ PATHS: tuple[PodSpecPath, ...] = (
                 (("batch", ("cronjobs",), ("CREATE", "UPDATE")),)),
 )
 
-#: CEL functions and syntax the policies use, with the first Kubernetes minor whose API server accepts them in a
-#: new policy: libraries are written against the n-1 compatibility version, so one introduced in 1.x is
-#: writable from 1.x+1 (k8s.io/apiserver pkg/cel/environment/base.go; cel-monitoring.md §1.2).
-CEL_FEATURES: Mapping[str, int] = {
-    "optionals (.?field, orValue)": 29,
-    "quantity(), isQuantity(), isInteger(), asInteger()": 29,
-    "lists: sum(), max(), indexOf()": 0,
-    "strings v2: join()": 30,
-    "matches(), startsWith(), split(), string(), size()": 0,
-}
 
 
 # ---------------------------------------------------------------- CEL text builders

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 # cel_vap and cel_k8s live in tests/ (test helpers, not product code).
+import cel_cost
 import cel_vap
 import kubernetes_validate
 import pytest
@@ -21,12 +22,14 @@ from cel_k8s import CelError, canonical_quantity
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from compiler import compile_policy
 from compiler.targets import admission_policy
 from compiler.targets.admission_policy import render_admission_policies
+from compiler.targets.admission_policy_cost import PER_CALL_LIMIT, POLICY_BUDGET, estimate_policy
 from policy.engine import NOT_CHECKED, Engine
 from policy.hami_rules import HamiAdmission
 from policy.load import load_policy
-from policy.model import ClusterGPUPolicy
+from policy.model import VAP_MINOR, ClusterGPUPolicy
 from policy.offers import build_admission_policy
 from policy.resolve import resolve
 from policy.rules import RULES
@@ -541,8 +544,9 @@ def test_every_expression_compiles_at_1_30_and_not_before_the_libraries_it_uses(
 
 def expressions_of(policy: Obj) -> list[str]:
     spec = policy["spec"]
-    return ([c["expression"] for c in spec["matchConditions"]] + [v["expression"] for v in spec["variables"]]
-            + [x[k] for x in spec["validations"] for k in ("expression", "messageExpression")]
+    return ([c["expression"] for c in spec.get("matchConditions", [])]
+            + [v["expression"] for v in spec.get("variables", [])]
+            + [x[k] for x in spec["validations"] for k in ("expression", "messageExpression") if k in x]
             + [a["valueExpression"] for a in spec.get("auditAnnotations", [])])
 
 
@@ -603,3 +607,177 @@ def test_amounts_the_api_server_refuses_are_left_to_it(resources: Obj) -> None:
     assert "gpu-request-invalid" in engine_findings(engine, obj, namespace="nlp", labels={})
     verdict = cel_verdict(objects, obj, namespace="nlp", labels={})
     assert verdict.findings == {} and verdict.undecided is True
+
+
+# ---------------------------------------------------------------- which engine, and the version gates
+
+
+def tree_objects(policy: ClusterGPUPolicy) -> list[Obj]:
+    return [doc for path, data in compile_policy(policy).items() if path.endswith(".yaml")
+            for doc in yaml.safe_load_all(data) if isinstance(doc, dict) and "metadata" in doc]
+
+
+def labelled(objects: list[Obj], kind: str, component: str) -> list[Obj]:
+    return [o for o in objects if o["kind"] == kind
+            and o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component]
+
+
+@pytest.mark.parametrize(("version", "engine"), [("1.29", "webhook"), ("1.30", "both"), ("1.31", "both")])
+def test_the_default_engine_is_both_where_the_api_server_has_vap_and_the_webhook_below(
+        example_policy: Any, version: str, engine: str) -> None:
+    policy = example_policy("mixed-fleet", ('kubernetesVersion: "1.31"', f'kubernetesVersion: "{version}"'))
+    assert policy.spec.admission.engine is None and policy.spec.admission_engine == engine
+    found = tree_objects(policy)
+    assert len(labelled(found, "ValidatingWebhookConfiguration", "webhook")) == 1
+    policies = labelled(found, "ValidatingAdmissionPolicy", admission_policy.COMPONENT)
+    assert len(policies) == (len(admission_policy.PATHS) if engine == "both" else 0)
+    # beside the webhook, an evaluation error leaves the object to it
+    assert {p["spec"]["failurePolicy"] for p in policies} <= {"Ignore"}
+    # the node-label reconciler's policy follows the same gate
+    assert bool(labelled(found, "ValidatingAdmissionPolicy", "node-labels")) == (version != "1.29")
+
+
+@pytest.mark.parametrize("failure", ["Fail", "Ignore"])
+def test_engine_vap_compiles_the_policies_alone_with_the_specs_failure_policy(example_policy: Any,
+                                                                            failure: str) -> None:
+    policy = example_policy("h20-mig", ("engine: vap", f"engine: vap\n    failurePolicy: {failure}"))
+    found = tree_objects(policy)
+    kinds = {o["kind"] for o in found}
+    assert not kinds & {"ValidatingWebhookConfiguration", "Certificate", "Issuer", "Service", "NetworkPolicy",
+                        "PodDisruptionBudget"}
+    assert not [o for o in found if o["metadata"]["name"] == "gpupolicy-webhook"]
+    policies = labelled(found, "ValidatingAdmissionPolicy", admission_policy.COMPONENT)
+    assert len(policies) == len(admission_policy.PATHS)
+    assert {p["spec"]["failurePolicy"] for p in policies} == {failure}
+
+
+@pytest.mark.parametrize("engine", ["vap", "both"])
+def test_vap_or_both_below_1_30_is_an_error_at_the_engine_with_a_fix(engine: str) -> None:
+    path = CLUSTERS / "tke-l20-t4" / "cluster.yaml"
+    text = path.read_text(encoding="utf-8").replace('kubernetesVersion: "1.30"', 'kubernetesVersion: "1.29"')
+    text = text.replace("    timeoutSeconds: 3\n", f"    timeoutSeconds: 3\n    engine: {engine}\n")
+    line = text.splitlines().index(f"    engine: {engine}") + 1
+    result = load_policy(text, filename=str(path))
+    (error,) = [d for d in result.diagnostics if d.severity == "error"]
+    assert (error.code, error.path) == ("version-unsupported-feature", ("spec", "admission", "engine"))
+    assert error.span is not None and error.span.line == line
+    assert "1.30" in error.message and "1.29" in error.message
+    assert error.hint == "set admission.engine: webhook, or target kubernetesVersion 1.30 or newer"
+    fixed = load_policy(text.replace(f"engine: {engine}", "engine: webhook"), filename=str(path))
+    assert fixed.ok
+
+
+def every_vap_expression(objects: list[Obj]) -> list[str]:
+    return [e for o in objects if o["kind"] == "ValidatingAdmissionPolicy" for e in expressions_of(o)]
+
+
+@pytest.mark.parametrize("cluster", CLUSTER_NAMES)
+def test_every_policy_in_the_tree_uses_only_cel_its_kubernetes_version_accepts(example_policy: Any,
+                                                                               cluster: str) -> None:
+    # gpupolicy's policies and the node-label reconciler's: compiled as the API server at the spec's version, and
+    # at the first version that has ValidatingAdmissionPolicy, would accept a new expression.
+    policy = example_policy(cluster)
+    expressions = every_vap_expression(tree_objects(policy))
+    assert expressions
+    for minor in sorted({policy.spec.kubernetes_minor, VAP_MINOR}):
+        for expression in expressions:
+            cel_vap.compile_in(expression, minor)
+
+
+def literal_type(node: cel_cost.Node) -> str | None:
+    """The type of a literal built of constants ("?" inside an empty collection); None for anything computed,
+    whose type the API server's checker works out (dyn for whatever reads the object)."""
+    if node.kind == "const":
+        return type(node.value).__name__
+    if node.kind == "list":
+        return _joined("list", [literal_type(a) for a in node.args])
+    if node.kind == "map":
+        keys = _joined("", [literal_type(k) for k, _, _ in node.entries])
+        return _joined(f"map<{keys}>", [literal_type(v) for _, v, _ in node.entries])
+    return None
+
+
+def _joined(kind: str, types: list[str | None]) -> str:
+    known = [t for t in types if t is not None]
+    found = "?"
+    for each in known:
+        unified = unify(found, each)
+        assert unified is not None, f"a {kind} literal mixes {sorted(set(known))}"
+        found = unified
+    return f"{kind}<{found}>" if kind else found
+
+
+def literals(node: cel_cost.Node) -> list[cel_cost.Node]:
+    children = [*([node.target] if node.target else []), *node.args,
+                *(part for k, v, _ in node.entries for part in (k, v)),
+                *(v for v in node.comprehension.values() if isinstance(v, cel_cost.Node))]
+    return [*([node] if node.kind in ("list", "map") else []), *(n for c in children for n in literals(c))]
+
+
+@pytest.mark.parametrize("cluster", CLUSTER_NAMES)
+def test_every_list_and_map_literal_of_every_policy_is_homogeneous(example_policy: Any, cluster: str) -> None:
+    # HomogeneousAggregateLiterals is always on in the API server's CEL (cel-monitoring.md §1.3): every element of
+    # a literal, at any depth and in any expression, has one type.
+    policy = example(cluster)  # engine both: every policy gpupolicy writes, the node-label reconciler's included
+    found = 0
+    for expression in every_vap_expression(tree_objects(policy)):
+        for node in literals(cel_cost.parse(expression)):
+            literal_type(node)
+            found += 1
+    assert found > 0
+
+
+def test_the_literal_check_refuses_mixed_elements_at_any_depth() -> None:
+    for mixed in ('["a", 1]', '{"a": {"b": 1, "c": "d"}}', '[[1], ["x"]]', '{1: "a", "b": "c"}'):
+        with pytest.raises(AssertionError, match="mixes"):
+            for node in literals(cel_cost.parse(f"{mixed} == {mixed}")):
+                literal_type(node)
+    for fine in ('{"a": [], "b": ["x"]}', '[object.a, 1]', '[[1], []]'):
+        for node in literals(cel_cost.parse(f"{fine} == {fine}")):
+            literal_type(node)
+
+
+# ---------------------------------------------------------------- what only the webhook decides, said where users read
+
+
+def report(policy: ClusterGPUPolicy) -> str:
+    return " ".join(compile_policy(policy)["REPORT.md"].decode().split())
+
+
+def test_with_vap_alone_the_report_names_every_check_not_enforced_and_the_estimated_cost(example_policy: Any) -> None:
+    policy = example_policy("h20-mig")
+    assert policy.spec.admission_engine == "vap"
+    text = report(policy)
+    (line,) = [part for part in text.split("- ") if part.startswith("Not enforced without the webhook")]
+    for rule in admission_policy.NOT_COMPILED:
+        assert rule in line, rule
+    for case, _ in admission_policy.NOT_DECIDED:
+        assert case in line, case
+    for what in admission_policy.WEBHOOK_ONLY:
+        assert what in line, what
+    estimates = [estimate_policy(o, next(p.path for p in admission_policy.PATHS if f"-{p.name}-" in o["metadata"]
+                                         ["name"]))
+                 for o in render_admission_policies(resolve(policy)) if o["kind"] == "ValidatingAdmissionPolicy"]
+    largest = max(e.largest[1] for e in estimates)
+    assert f"{largest:,} of the {PER_CALL_LIMIT:,}" in text
+    assert f"at most {max(e.total for e in estimates):,} of its {POLICY_BUDGET:,}" in text
+
+
+def test_beside_the_webhook_the_report_says_what_only_the_webhook_decides(example_policy: Any) -> None:
+    text = report(example_policy("mixed-fleet"))
+    assert "Not enforced without the webhook" not in text
+    (line,) = [part for part in text.split("- ") if part.startswith("Only the webhook decides the rules")]
+    assert all(rule in line for rule in admission_policy.NOT_COMPILED)
+    assert all(case in line for case, _ in admission_policy.NOT_DECIDED)
+    below = report(example_policy("mixed-fleet", ('kubernetesVersion: "1.31"', 'kubernetesVersion: "1.29"')))
+    assert "the webhook enforces every rule (admission.engine: webhook)" in below
+    assert "Estimated CEL cost" not in below
+
+
+def test_the_documentation_gives_each_rule_and_case_left_to_the_webhook_its_row() -> None:
+    doc = (ROOT / "docs" / "validating-admission-policy.md").read_text(encoding="utf-8")
+    rows = {line.split("|")[1].strip() for line in doc.splitlines() if line.startswith("| ")}
+    for rule in admission_policy.NOT_COMPILED:
+        assert any(f"`{rule}`" in row for row in rows), rule
+    for case, _ in admission_policy.NOT_DECIDED:
+        assert case in rows, case
