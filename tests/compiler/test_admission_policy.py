@@ -21,6 +21,7 @@ import yaml
 from cel_k8s import CelError, canonical_quantity
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_cel_vap import DOCUMENTED
 
 from compiler import compile_policy
 from compiler.targets import admission_policy
@@ -707,11 +708,14 @@ def _joined(kind: str, types: list[str | None]) -> str:
     return f"{kind}<{found}>" if kind else found
 
 
+def children(node: cel_cost.Node) -> list[cel_cost.Node]:
+    return [*([node.target] if node.target else []), *node.args,
+            *(part for k, v, _ in node.entries for part in (k, v)),
+            *(v for v in node.comprehension.values() if isinstance(v, cel_cost.Node))]
+
+
 def literals(node: cel_cost.Node) -> list[cel_cost.Node]:
-    children = [*([node.target] if node.target else []), *node.args,
-                *(part for k, v, _ in node.entries for part in (k, v)),
-                *(v for v in node.comprehension.values() if isinstance(v, cel_cost.Node))]
-    return [*([node] if node.kind in ("list", "map") else []), *(n for c in children for n in literals(c))]
+    return [*([node] if node.kind in ("list", "map") else []), *(n for c in children(node) for n in literals(c))]
 
 
 @pytest.mark.parametrize("cluster", CLUSTER_NAMES)
@@ -781,3 +785,17 @@ def test_the_documentation_gives_each_rule_and_case_left_to_the_webhook_its_row(
         assert any(f"`{rule}`" in row for row in rows), rule
     for case, _ in admission_policy.NOT_DECIDED:
         assert case in rows, case
+
+
+def calls(node: cel_cost.Node) -> set[str]:
+    return ({node.name} if node.kind == "call" else set()) | {name for c in children(node) for name in calls(c)}
+
+
+def test_every_kubernetes_library_function_the_policies_call_is_checked_against_its_documentation() -> None:
+    used = {name for cluster in CLUSTER_NAMES for expression in every_vap_expression(tree_objects(example(cluster)))
+            for name in calls(cel_cost.parse(expression))}
+    library = used & set(cel_vap.LIBRARY)
+    assert library >= {"quantity", "isQuantity", "asInteger", "sum", "max", "indexOf", "join"}
+    documented = " ".join(expression for _, expression, _ in DOCUMENTED)
+    for name in library:
+        assert f"{name}(" in documented, f"{name}() has no example of its documentation in tests/test_cel_vap.py"
