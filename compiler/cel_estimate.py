@@ -25,6 +25,7 @@ its library calls by traversal only under StrictCostEnforcementForVAP (beta and 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterator, Mapping
@@ -308,7 +309,9 @@ class _Parser:
         raise EstimateError(f"unexpected {value!r}")
 
 
+@functools.lru_cache(maxsize=1024)
 def parse(source: str) -> Node:
+    """The expression's tree (immutable, so one parse serves each policy path and context that repeats it)."""
     return _Parser(source).parse()
 
 

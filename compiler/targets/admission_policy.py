@@ -212,11 +212,7 @@ def _data(policy: offers.AdmissionPolicy) -> list[tuple[str, str]]:
         ("single", lit([c.name for c in policy.classes if c.mig_strategy == "single"])),
         ("pins", lit({view.name: view.pin() for view in views})),
         ("selectorKeys", lit({view.name: [k for k, _ in view.node_selector] for view in views})),
-        # The classes a pod pinned to a class's nodeSelector may still reach: that class, and every other whose
-        # nodes may carry the selector's labels (a label a class does not know never excludes it: rules.excludes).
-        ("pinReach", lit({view.name: [other.name for other in views if not any(
-            excludes(NodeRequirement(k, "In", (val,), ()), other) for k, val in view.node_selector)]
-            for view in views})),
+        ("pinReach", lit(_pin_reach(views))),
         ("known", lit(known)),
         ("idx", lit(list(range(len(known))))),
         ("allModes", lit(list(SHARING_MODES))),
@@ -239,6 +235,34 @@ def _data(policy: offers.AdmissionPolicy) -> list[tuple[str, str]]:
                   ("taintResources", lit(sorted({t.key for view in views for t in view.taints
                                                  if t.key.startswith(GPU_PREFIX)})))]
     return found
+
+
+def _pin_reach(views: list[ClassView]) -> dict[str, list[str]]:
+    """The classes a pod pinned to a class's nodeSelector may still reach: that class, and every other whose nodes
+    may carry the selector's labels (rules.excludes judges; a label a class does not know never excludes it).
+
+    Only a class that lists the value for the key, or does not know the key, can carry ``key=value``, so excludes
+    is asked about those alone: linear in the classes for disjoint selectors, not quadratic."""
+    position = {view.name: i for i, view in enumerate(views)}
+    listing: dict[tuple[str, str], list[ClassView]] = {}
+    unknown: dict[str, list[ClassView]] = {}
+    for key in {k for view in views for k, _ in view.node_selector}:
+        for other in views:
+            values = other.labels.get(key)
+            if values is None:
+                unknown.setdefault(key, []).append(other)
+            for value in values or ():
+                listing.setdefault((key, value), []).append(other)
+    reach: dict[str, list[str]] = {}
+    for view in views:
+        requirements = [NodeRequirement(k, "In", (val,), ()) for k, val in view.node_selector]
+        candidates: dict[str, ClassView] | None = None
+        for req in requirements:
+            found = {o.name: o for o in (*listing.get((req.key, req.values[0]), ()), *unknown.get(req.key, ()))}
+            candidates = found if candidates is None else {n: o for n, o in candidates.items() if n in found}
+        pool = views if candidates is None else sorted(candidates.values(), key=lambda o: position[o.name])
+        reach[view.name] = [o.name for o in pool if not any(excludes(req, o) for req in requirements)]
+    return reach
 
 
 # ---------------------------------------------------------------- the facts of one pod, in CEL
@@ -638,10 +662,12 @@ def cel_rules(tainted: bool = False) -> dict[RuleId, CelRule]:
 # ---------------------------------------------------------------- objects
 
 
-def variables_of(policy: offers.AdmissionPolicy, path: PodSpecPath) -> list[tuple[str, str]]:
-    """Every variable of the policy for ``path``, in evaluation order (data first)."""
+def variables_of(policy: offers.AdmissionPolicy, path: PodSpecPath,
+                 data: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+    """Every variable of the policy for ``path``, in evaluation order (data first: pass ``_data(policy)`` when
+    it is already built, since every path and mode shares it)."""
     facts = _Facts.of(policy)
-    return (_data(policy) + _request(path) + _tenancy() + _placement(facts) + _ratchet(path)
+    return ((_data(policy) if data is None else data) + _request(path) + _tenancy() + _placement(facts) + _ratchet(path)
             + _decision(facts))
 
 
@@ -662,8 +688,8 @@ def _name(path: PodSpecPath, mode: RuleMode) -> str:
     return f"gpupolicy-{path.name}-{_MODE_SUFFIX[mode]}{NAME_SUFFIX}"
 
 
-def _policy_object(resolved: ResolvedPolicy, document: offers.AdmissionPolicy, path: PodSpecPath, mode: RuleMode,
-                   rules: Iterable[RuleId]) -> Obj:
+def _policy_object(resolved: ResolvedPolicy, document: offers.AdmissionPolicy, data: list[tuple[str, str]],
+                   path: PodSpecPath, mode: RuleMode, rules: Iterable[RuleId]) -> Obj:
     policy = resolved.policy
     table = cel_rules(_Facts.of(document).tainted)
     validations = [{"expression": table[r].holds, "messageExpression": table[r].message,
@@ -677,7 +703,7 @@ def _policy_object(resolved: ResolvedPolicy, document: offers.AdmissionPolicy, p
                                "resources": list(res), "scope": "Namespaced"} for group, res, ops in path.rules],
         },
         "matchConditions": _match_conditions(path),
-        "variables": [{"name": n, "expression": e} for n, e in variables_of(document, path)],
+        "variables": [{"name": n, "expression": e} for n, e in variables_of(document, path, data)],
         "validations": validations,
     }
     if mode == "audit":
@@ -716,10 +742,11 @@ def render_admission_policies(resolved: ResolvedPolicy) -> list[Obj]:
     if not spec.admission.enabled or spec.admission_engine == "webhook":
         return []
     document = offers.build_admission_policy(resolved)
+    data = _data(document)
     out: list[Obj] = []
     for path in PATHS:
         for mode, rules in rules_by_mode(document).items():
-            out.append(_policy_object(resolved, document, path, mode, rules))
+            out.append(_policy_object(resolved, document, data, path, mode, rules))
             out.append(_binding(resolved.policy, path, mode))
     return sorted(out, key=lambda obj: (obj["kind"], obj["metadata"]["name"]))
 
