@@ -794,12 +794,20 @@ def _cost_note(resolved: ResolvedPolicy) -> str:
             worst.append((largest, name, obj["metadata"]["name"], found.total))
     largest, name, policy, _ = max(worst)
     total = max(row[3] for row in worst)
-    return (f"Estimated CEL cost of the ValidatingAdmissionPolicies, worked out from their expressions before they run "
+    note = (f"Estimated CEL cost of the ValidatingAdmissionPolicies, worked out from their expressions before they run "
             f"(no API server bounds a pod's lists, so it is for pods within the envelope: "
             f"{admission_policy_cost.ENVELOPE.describe()}): the costliest expression, {name} in {policy}, "
             f"{largest:,} of the {admission_policy_cost.PER_CALL_LIMIT:,} the API server allows one expression; one "
             f"policy evaluation at most {total:,} of its {admission_policy_cost.POLICY_BUDGET:,} "
             "(docs/validating-admission-policy.md, Cost).")
+    if largest > admission_policy_cost.PER_CALL_LIMIT or total > admission_policy_cost.POLICY_BUDGET:
+        # The estimate grows with the classes and tenants the literals hold; the API server stops an evaluation
+        # that runs out of budget, and failurePolicy then decides.
+        failure = failure_policy(resolved.spec)
+        outcome = "admits it unchecked by the policies" if failure == "Ignore" else "refuses it"
+        note += (f" That is over the API server's limit: a large pod may run out of budget, and failurePolicy "
+                 f"{failure} then {outcome}{' (the webhook still decides)' if resolved.spec.runs_webhook else ''}.")
+    return note
 
 
 def _summary(rule: RuleId) -> str:

@@ -799,3 +799,20 @@ def test_every_kubernetes_library_function_the_policies_call_is_checked_against_
     documented = " ".join(expression for _, expression, _ in DOCUMENTED)
     for name in library:
         assert f"{name}(" in documented, f"{name}() has no example of its documentation in tests/test_cel_vap.py"
+
+
+def test_a_fleet_whose_estimate_is_over_the_api_servers_limit_is_told_what_failure_policy_then_does() -> None:
+    # 60 more time-sliced classes like mixed-fleet's t4-dev: every class widens the literals each expression walks.
+    text = (CLUSTERS / "mixed-fleet" / "cluster.yaml").read_text(encoding="utf-8")
+    wide = text.replace("  nodeClasses:\n", "  nodeClasses:\n" + "".join(
+        f"    - name: t4-{i}\n      nodeSelector: {{node-pool: t4-{i}}}\n      nodes: 1\n"
+        f"      gpu: {{model: T4, count: 1}}\n      sharing:\n        timeSlicing: {{replicas: 4}}\n"
+        for i in range(60)), 1)
+    for engine, failure, outcome in (("both", "Ignore", "admits it unchecked by the policies (the webhook still "
+                                      "decides)"), ("vap", "Fail", "refuses it")):
+        edited = wide.replace("  admission:\n", f"  admission:\n    engine: {engine}\n    failurePolicy: {failure}\n")
+        result = load_policy(edited, filename="wide.yaml")
+        assert result.ok and result.policy is not None, [d.message for d in result.diagnostics]
+        assert f"That is over the API server's limit: a large pod may run out of budget, and failurePolicy " \
+               f"{failure} then {outcome}." in report(result.policy)
+    assert "over the API server's limit" not in report(example("mixed-fleet"))
