@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler import operator_fields, serialize
-from compiler.targets import flux, gpu_operator, namespaces, node_labels
+from compiler.targets import admission_policy, flux, gpu_operator, namespaces
 from compiler.targets import hami as hami_target
 from compiler.targets.monitoring import collectors
 from compiler.targets.monitoring import rules as monitoring_rules
 from policy import advice, checks, hami, labels, releases
 from policy.diagnostics import format_path
 from policy.hami_scope import hami_scope
-from policy.model import HamiResourceNames
+from policy.model import VAP_MINOR, HamiResourceNames
 from policy.resolve import GPU, Offer, ResolvedClass, ResolvedPolicy
 
 REPORT_VERSION = 2
@@ -243,7 +243,7 @@ def _monitoring(resolved: ResolvedPolicy) -> MonitoringReport | None:
         recording_rules=len(monitoring_rules.recording_rules(ctx)),
         alerts=tuple(a.name for a in monitoring_rules.alerts(ctx)),
         dashboard=settings.dashboard.enabled,
-        webhook=resolved.spec.admission.enabled,
+        webhook=ctx.admission,
         reconciler=monitoring_rules.reconciler_runs(resolved),
         node_label_allowlist=collectors.ksm_allowlist(resolved),
         kube_prometheus_stack_values=collectors.kube_prometheus_stack_values(resolved),
@@ -332,7 +332,7 @@ def _overhead(resolved: ResolvedClass) -> str:
 
 def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
     plugin = resolved.spec.device_plugin
-    notes: list[str] = _hami_notes(resolved)
+    notes: list[str] = [*admission_policy.report_notes(resolved), *_hami_notes(resolved)]
     if plugin.deploy == "standalone" and resolved.plugin_classes:
         notes.append(
             "Each node class gets its own device-plugin DaemonSet, selected by the labels its nodes already "
@@ -370,11 +370,11 @@ def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
 
 
 def _reconciler_guard_note(resolved: ResolvedPolicy) -> str:
-    if resolved.spec.kubernetes_minor >= node_labels.VAP_MINOR:
+    if resolved.spec.vap_available:
         return ("Its RBAC (patch nodes) cannot name label keys, so a ValidatingAdmissionPolicy (node-labels/) holds "
                 "its ServiceAccount to the keys it owns, set to values of its plan, and to nothing else of a Node.")
     return (f"Its RBAC (patch nodes) would let it patch any label of any node: RBAC cannot name label keys, and the "
-            f"ValidatingAdmissionPolicy that narrows it to its own keys needs Kubernetes 1.{node_labels.VAP_MINOR} "
+            f"ValidatingAdmissionPolicy that narrows it to its own keys needs Kubernetes 1.{VAP_MINOR} "
             f"(spec.kubernetesVersion is {resolved.spec.kubernetes_version}).")
 
 

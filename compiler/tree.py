@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 from compiler import objects, operator_fields, pictures, report, serialize
 from compiler.objects import Obj
 from compiler.targets import (
+    admission_policy,
     admission_webhook,
     device_plugin,
     feature_discovery,
@@ -141,7 +142,9 @@ def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
         out["gpu-operator"] = {"clusterpolicy": gpu_operator.render_cluster_policy(resolved, *_operator_fields(
             resolved, out))}
     if resolved.spec.admission.enabled:
-        out["admission"] = {_stem(obj): obj for obj in admission_webhook.render_admission(resolved)}
+        rendered = admission_webhook.render_admission(resolved) if resolved.spec.runs_webhook else []
+        rendered += admission_policy.render_admission_policies(resolved)
+        out["admission"] = {_stem(obj): obj for obj in rendered}
     if resolved.spec.monitoring.enabled:
         out[monitoring.COMPONENT] = {_stem(obj): obj for obj in monitoring.render_monitoring(resolved)}
     if created := namespaces.render_namespaces(resolved):

@@ -258,7 +258,7 @@ def advise_training(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
 def advise_admission(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
     policy = resolved.policy
     admission = policy.spec.admission
-    if not admission.enabled:
+    if not policy.spec.runs_webhook:  # replicas and failurePolicy below are the webhook's
         return
     if admission.replicas < 2:
         effect = ("every new GPU workload is refused" if admission.failure_policy == "Fail"

@@ -8,7 +8,7 @@ from policy import catalog, drivers, mig, operator, releases, selectors
 from policy.diagnostics import Diagnostic, Path, did_you_mean
 from policy.hami_checks import HAMI_CHECKS
 from policy.labels import GFD_MUTABLE
-from policy.model import ClusterGPUPolicy, NodeClass, PluginFlags, ReplicatedSharing, Sizing, Tenant
+from policy.model import VAP_MINOR, ClusterGPUPolicy, NodeClass, PluginFlags, ReplicatedSharing, Sizing, Tenant
 from policy.resolve import ResolvedClass, ResolvedPolicy, resolve
 
 Check = Callable[[ResolvedPolicy], Iterator[Diagnostic]]
@@ -337,6 +337,13 @@ def check_plugin_version(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
         yield Diagnostic("version-unsupported-feature", "the webhook registration uses matchConditions, which need "
                          "Kubernetes 1.28 or newer", ("spec", "kubernetesVersion"),
                          "target 1.28 or newer, or set admission.enabled: false")
+    engine = policy.spec.admission.engine
+    if engine in ("vap", "both") and not policy.spec.vap_available and policy.spec.admission.enabled:
+        yield Diagnostic("version-unsupported-feature", f"admission.engine {engine} compiles the rules to "
+                         "ValidatingAdmissionPolicy, which is GA (admissionregistration.k8s.io/v1) from Kubernetes "
+                         f"1.{VAP_MINOR}; the spec targets {policy.spec.kubernetes_version}",
+                         ("spec", "admission", "engine"),
+                         f"set admission.engine: webhook, or target kubernetesVersion 1.{VAP_MINOR} or newer")
 
 
 def _device_list_strategy(flags: PluginFlags, release: releases.Release) -> Iterator[Diagnostic]:

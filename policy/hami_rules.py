@@ -155,14 +155,9 @@ class HamiAdmission:
         """The facts as HAMi's scheduler would see the pod: vgpu classes only, per-vGPU resources out of the
         totals, HAMi's added count in; unchanged for a pod HAMi does not take."""
         containers = self._containers(workload)
-        asked = {name for c in containers for name in c.values}
-        if not asked:
+        if not self._takes(containers, facts.access.modes):
             return facts
-        in_reach = not self.doc.scoped or "vgpu" in facts.access.modes
-        counted = self.doc.count in asked and (in_reach or not self.plugin_offers_count)
-        takes = bool(asked & self.attributes) or counted
-        if not takes:
-            return facts
+        in_reach = self._reaches(facts.access.modes)
         mutated = tuple(self._mutate(c) for c in containers)
         pod = self._pod(obj, workload, mutated, in_reach)
         request = self._request(facts.request, mutated)
@@ -174,6 +169,23 @@ class HamiAdmission:
                            if conflict is None and view.fits(request.totals))
         return replace(facts, request=request, classes=classes, conflicts=conflicts,  # type: ignore[type-var]
                        candidates=candidates, fitting=fitting, hami=pod)
+
+    def takes(self, workload: Workload, modes: frozenset[str]) -> bool:
+        """Whether HAMi's scheduler takes the pod, given the sharing modes its namespace may use: it asks for a
+        per-vGPU resource, or for HAMi's count resource where HAMi's webhook reaches (or no NVIDIA-plugin class
+        offers that resource too)."""
+        return self._takes(self._containers(workload), modes)
+
+    def _takes(self, containers: Sequence[HamiContainer], modes: frozenset[str]) -> bool:
+        asked = {name for c in containers for name in c.values}
+        if not asked:
+            return False
+        counted = self.doc.count in asked and (self._reaches(modes) or not self.plugin_offers_count)
+        return bool(asked & self.attributes) or counted
+
+    def _reaches(self, modes: frozenset[str]) -> bool:
+        """HAMi's webhook matches the namespace (gpupolicy scopes it to namespaces whose pods may use vgpu)."""
+        return not self.doc.scoped or "vgpu" in modes
 
     # --- reading the pod -----------------------------------------------------------------------------------------
 

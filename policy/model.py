@@ -29,6 +29,9 @@ KIND = "ClusterGPUPolicy"
 SharingMode = Literal["exclusive", "time-slicing", "mps", "mig", "vgpu"]
 SHARING_MODES: tuple[SharingMode, ...] = ("exclusive", "time-slicing", "mps", "mig", "vgpu")
 RuleMode = Literal["enforce", "warn", "audit"]
+AdmissionEngine = Literal["webhook", "vap", "both"]
+#: ValidatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from this Kubernetes minor on.
+VAP_MINOR = 30
 
 DnsLabel = Annotated[
     str,
@@ -675,6 +678,10 @@ class Admission(Model):
     """Where the API server's calls come from. When set, the NetworkPolicy admits only these blocks to the
     serving port (probes from the node are always allowed); empty admits any source. docs/operations.md
     shows how to find them on EKS, GKE, AKS, kubeadm, kind and TKE."""
+    engine: AdmissionEngine | None = None
+    """Who enforces the rules: webhook (the server), vap (ValidatingAdmissionPolicy: CEL inside the API server,
+    nothing to run, a subset of the checks), or both (the VAP holds the core rules even while the webhook is down).
+    Default: both from Kubernetes 1.30 (VAP GA), webhook below."""
 
 
 def _percent(value: str) -> str:
@@ -771,6 +778,24 @@ class Spec(Model):
     def kubernetes_minor(self) -> int:
         """The minor of kubernetesVersion (30 for "1.30")."""
         return int(self.kubernetes_version.split(".")[1])
+
+    @property
+    def admission_engine(self) -> AdmissionEngine:
+        """admission.engine, or its default for kubernetesVersion: both where VAP is GA, webhook below."""
+        if self.admission.engine is not None:
+            return self.admission.engine
+        return "both" if self.vap_available else "webhook"
+
+    @property
+    def vap_available(self) -> bool:
+        """The API server has ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA from 1.30): the one
+        version gate of gpupolicy's policies and of the node-label reconciler's."""
+        return self.kubernetes_minor >= VAP_MINOR
+
+    @property
+    def runs_webhook(self) -> bool:
+        """The webhook server runs: admission on, and not compiled to ValidatingAdmissionPolicies alone."""
+        return self.admission.enabled and self.admission_engine != "vap"
 
     @property
     def operator_mig_strategy(self) -> Literal["none", "single", "mixed"]:

@@ -78,6 +78,9 @@ VERSION_GATES: tuple[Gate, ...] = (
          "the webhook registration uses `matchConditions`; set `spec.kubernetesVersion`",
          "version-unsupported-feature",
          "admissionregistration.k8s.io/v1 matchConditions: beta and on by default in 1.28, GA in 1.30"),
+    Gate("spec.admission.engine", "vap", "Kubernetes", "1.30",
+         "the rules as ValidatingAdmissionPolicies, which `both` (the default from 1.30) emits too",
+         "version-unsupported-feature", "admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy: GA in 1.30"),
 )
 
 # One line per code: what it means. Grouped as the loader runs: reading, structure, semantic checks.

@@ -54,7 +54,7 @@ from policy.diagnostics import PolicyError
 from policy.model import Admission, ClusterGPUPolicy, Tenant
 from policy.resolve import ResolvedPolicy
 
-__all__ = ["MATCH_CONDITIONS", "render_admission"]
+__all__ = ["MATCH_CONDITIONS", "RESOURCE_RULES", "excluded_namespaces", "render_admission"]
 
 NAME = "gpupolicy-webhook"
 CONFIGURATION_NAME = "gpupolicy"
@@ -131,7 +131,7 @@ MATCH_CONDITIONS: tuple[tuple[str, str], ...] = (
 # Pods are checked on CREATE only: a pod's containers and extended-resource requests cannot change after
 # creation (in-place resize covers cpu and memory only). Pod controllers are checked on CREATE and UPDATE
 # so `kubectl apply` of a bad template fails at once instead of leaving FailedCreate events (webhook.md §2.1).
-_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+RESOURCE_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("", ("pods",), ("CREATE",)),
     ("", ("replicationcontrollers",), ("CREATE", "UPDATE")),
     ("apps", ("daemonsets", "deployments", "replicasets", "statefulsets"), ("CREATE", "UPDATE")),
@@ -418,7 +418,7 @@ def _webhook_configuration(policy: ClusterGPUPolicy) -> Obj:
     annotations = {SYNC_WAVE: WAVE_REGISTRATION}
     if admission.certificates.source == "cert-manager":
         annotations["cert-manager.io/inject-ca-from"] = f"{admission.namespace}/{SERVING_CERTIFICATE}"
-    excluded = _exclusion(policy)
+    excluded = excluded_namespaces(policy)
     # Sorted by name, so reordering tenants in the spec changes no byte; the index locates diagnostics.
     tenants = sorted(enumerate(policy.spec.tenants), key=lambda item: item[1].name)
     default = [excluded, *(_negation(tenant, index) for index, tenant in tenants)]
@@ -436,7 +436,8 @@ def _webhook_configuration(policy: ClusterGPUPolicy) -> Obj:
     }
 
 
-def _exclusion(policy: ClusterGPUPolicy) -> selectors.Requirement:
+def excluded_namespaces(policy: ClusterGPUPolicy) -> selectors.Requirement:
+    """The namespaces admission never checks, as one NotIn requirement (the webhook's and the VAP's scope)."""
     admission = policy.spec.admission
     names = {"kube-system", admission.namespace, *admission.excluded_namespaces}
     if policy.spec.device_plugin.deploy == "gpu-operator":
@@ -469,7 +470,7 @@ def _webhook(
         "rules": [
             {"apiGroups": [group], "apiVersions": ["v1"], "operations": list(operations),
              "resources": list(resources), "scope": "Namespaced"}
-            for group, resources, operations in _RULES
+            for group, resources, operations in RESOURCE_RULES
         ],
         "sideEffects": "None",
         "timeoutSeconds": admission.timeout_seconds,

@@ -39,8 +39,11 @@ def needed(resolved: ResolvedPolicy) -> dict[str, str]:
     spec = resolved.spec
     plugin = spec.device_plugin
     found: dict[str, str] = {}
-    if spec.admission.enabled or node_labels.build_plan(resolved).classes:
-        found[spec.admission.namespace] = RESTRICTED  # the webhook and the label reconciler
+    # The webhook, the label reconciler, and monitoring's rules and dashboard unless monitoring.namespace says
+    # where (the policies of admission.engine vap are cluster-scoped: they need no namespace).
+    monitoring_here = spec.monitoring.enabled and spec.monitoring.namespace is None
+    if spec.runs_webhook or node_labels.build_plan(resolved).classes or monitoring_here:
+        found[spec.admission.namespace] = RESTRICTED
     standalone = plugin.deploy == "standalone"
     if standalone and (resolved.plugin_classes or plugin.labels_nodes):
         found[plugin.namespace] = PRIVILEGED  # device plugins, MPS daemons, GFD, MIG managers

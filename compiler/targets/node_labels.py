@@ -27,8 +27,6 @@ METRICS_PORT = 9090
 RUN_AS = 65532
 #: Events about nodes live in the default namespace (where the kubelet records node events).
 EVENTS_NAMESPACE = "default"
-#: ValidatingAdmissionPolicy is GA (admissionregistration.k8s.io/v1) from this Kubernetes minor on.
-VAP_MINOR = 30
 ADMISSION_API = "admissionregistration.k8s.io/v1"
 
 
@@ -64,7 +62,7 @@ def render_node_labels(resolved: ResolvedPolicy) -> dict[str, Obj]:
                         "metadata": objects.metadata(NAME, namespace=EVENTS_NAMESPACE, labels=labels),
                         "roleRef": {"apiGroup": rbac, "kind": "Role", "name": NAME}, "subjects": subject},
         "deployment": _deployment(resolved, plan_map["metadata"]["name"], labels),
-        **(_admission_policy(plan, namespace, labels) if policy.spec.kubernetes_minor >= VAP_MINOR else {}),
+        **(_admission_policy(plan, namespace, labels) if policy.spec.vap_available else {}),
     }
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from external_tools import require_tool
 
-from compiler.targets import admission_webhook, device_plugin, gpu_operator, hami, node_labels
+from compiler.targets import admission_policy, admission_webhook, device_plugin, gpu_operator, hami, node_labels
 from compiler.targets.monitoring import modes, rules
 from compiler.targets.monitoring import signals as sig
 from policy.model import ClusterGPUPolicy, Monitoring
@@ -618,6 +618,31 @@ def _unavailable(base: Cluster) -> Scenario | None:
                                                   "error_type": "calling_webhook_error", "rejection_code": "500"},
                counter(2))
         return [{"name": webhook_name()}]
+
+    return _pair(base, fault, near, 20)
+
+
+@scenario("GPUPolicyAdmissionPolicyErrors")
+def _policy_errors(base: Cluster) -> Scenario | None:
+    names = admission_policy.policy_names(base.resolved)
+    if not names:
+        return None
+    typed = base.resolved.spec.kubernetes_minor >= sig.POLICY_CHECK_ERROR_TYPE_MINOR
+
+    def check(policy: str, action: str, error: str) -> Labels:
+        # 1.30 labels a check {policy, policy_binding, enforcement_action, state}; 1.31 on trades state for error_type
+        labels = {"policy": policy, "policy_binding": policy, "enforcement_action": action}
+        return {**labels, "error_type": error} if typed else {**labels, "state": "active"}
+
+    def near(cl: Cluster) -> None:  # ours denying (a verdict), another policy's errors
+        cl.set(sig.APISERVER_POLICY_CHECKS, check(names[0], "deny", "no_error"), counter(20))
+        cl.set(sig.APISERVER_POLICY_CHECKS, check("kyverno-require-labels", "allow", "out_of_budget"), counter(5))
+
+    def fault(cl: Cluster) -> list[Labels]:
+        # a 2,000-container pod runs the policy out of its budget; failurePolicy Ignore lets it through
+        cl.set(sig.APISERVER_POLICY_CHECKS, check(names[0], "allow", "out_of_budget"), counter(1))
+        found = {"policy": names[0], "policy_binding": names[0]}
+        return [{**found, "error_type": "out_of_budget"} if typed else found]
 
     return _pair(base, fault, near, 20)
 

@@ -53,10 +53,12 @@ def test_monitoring_holds_a_rule_a_dashboard_and_the_monitors_of_what_the_tree_r
     tree = compile_policy(example_policy(name))
     found = objects(tree, "monitoring/")
     reconciler = any(p.startswith("node-labels/") for p in tree)  # the tree runs the node-label reconciler
+    webhook = "admission/deployment-gpupolicy-webhook.yaml" in tree  # h20-mig: ValidatingAdmissionPolicies alone
+    assert webhook == (name != "h20-mig")
     assert sorted(found) == ["monitoring/configmap-gpupolicy-dashboard.yaml",
                              *(["monitoring/podmonitor-gpupolicy-node-labels.yaml"] if reconciler else []),
                              "monitoring/prometheusrule-gpupolicy.yaml",
-                             "monitoring/servicemonitor-gpupolicy-webhook.yaml"]
+                             *(["monitoring/servicemonitor-gpupolicy-webhook.yaml"] if webhook else [])]
     assert reconciler == (name != "tke-l20-t4")
     for obj in found.values():
         labels = obj["metadata"]["labels"]
@@ -77,10 +79,10 @@ def test_the_rule_and_service_monitor_use_only_fields_of_the_prometheus_operator
         assert set(group) <= RULE_GROUP_FIELDS
         for r in group["rules"]:
             assert set(r) <= RULE_FIELDS and ("alert" in r) != ("record" in r) and r["expr"]
-    monitor = found["monitoring/servicemonitor-gpupolicy-webhook.yaml"]
-    assert set(monitor["spec"]) <= SERVICE_MONITOR_SPEC
-    (endpoint,) = monitor["spec"]["endpoints"]
-    assert set(endpoint) <= ENDPOINT_FIELDS
+    if (monitor := found.get("monitoring/servicemonitor-gpupolicy-webhook.yaml")) is not None:
+        assert set(monitor["spec"]) <= SERVICE_MONITOR_SPEC
+        (endpoint,) = monitor["spec"]["endpoints"]
+        assert set(endpoint) <= ENDPOINT_FIELDS
 
 
 def test_prometheus_scrapes_the_webhooks_metrics_port(example_policy: Load) -> None:
@@ -128,12 +130,14 @@ def test_the_rules_namespace_and_labels_come_from_the_spec(example_policy: Load)
     assert monitor["metadata"]["namespace"] == "gpupolicy-system"  # beside the Service it scrapes
 
 
-def test_without_admission_there_is_no_webhook_to_scrape(example_policy: Load) -> None:
+@pytest.mark.parametrize("setting", ["enabled: false", "engine: vap"])
+def test_without_the_webhook_there_is_no_webhook_to_scrape_or_alert_on(example_policy: Load, setting: str) -> None:
     edit = ("  admission:\n    enforcement: enforce\n    failurePolicy: Fail",
-            "  admission:\n    enabled: false\n    enforcement: enforce\n    failurePolicy: Fail")
+            f"  admission:\n    {setting}\n    enforcement: enforce\n    failurePolicy: Fail")
     tree = compile_policy(example_policy("tke-l20-t4", edit))
     assert "monitoring/servicemonitor-gpupolicy-webhook.yaml" not in tree
-    assert "monitoring/prometheusrule-gpupolicy.yaml" in tree
+    rule = tree["monitoring/prometheusrule-gpupolicy.yaml"].decode()
+    assert "GPUPolicyWebhook" not in rule and "gpupolicy_admission" not in rule
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -146,7 +150,8 @@ def test_monitoring_builds_with_kustomize(example_policy: Load, name: str, tmp_p
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(done.stdout) if d)
-    assert set(kinds) - {"PodMonitor"} == {"ConfigMap", "PrometheusRule", "ServiceMonitor"}
+    webhook = "admission/deployment-gpupolicy-webhook.yaml" in tree
+    assert set(kinds) - {"PodMonitor"} == {"ConfigMap", "PrometheusRule", *(["ServiceMonitor"] if webhook else [])}
 
 
 # ----------------------------------------------------------------------------------------- exporters

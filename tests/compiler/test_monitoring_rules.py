@@ -194,7 +194,8 @@ def test_mig_classes_record_their_config_and_per_profile_budgets(example_policy:
 
 def test_thresholds_come_from_the_spec(example_policy: Load) -> None:
     edits = (("  monitoring:\n    enabled: true\n", "  monitoring:\n    enabled: true\n    thresholds:\n"
-              "      memoryPressure: 80%\n      webhookLatency: 2s\n      idleSmActivity: 10%\n"),)
+              "      memoryPressure: 80%\n      webhookLatency: 2s\n      idleSmActivity: 10%\n"),
+             ("    engine: vap", "    engine: both"))
     rule = yaml.safe_load(compile_policy(example_policy("h20-mig", *edits))[RULE_FILE])
     alerts = alerts_of(rule)
     records = [r for g in rule["spec"]["groups"] for r in g["rules"] if "record" in r]

@@ -36,20 +36,42 @@ def pod_spec(obj: dict[str, Any]) -> dict[str, Any] | None:
     return template["spec"] if obj["kind"] in ("DaemonSet", "Deployment") and template else None
 
 
-@pytest.mark.parametrize("name", EXAMPLES)
-def test_every_namespace_an_object_names_is_created_by_the_tree_or_exists_in_every_cluster(
-        example_policy: Load, name: str) -> None:
-    policy = example_policy(name)
+def created_and_used(policy: ClusterGPUPolicy) -> tuple[set[str], set[str]]:
+    """The namespaces the tree creates, and those its objects live in but the cluster's own and the operator's."""
     found = list(objects(compile_policy(policy)))
-    created = {o["metadata"]["name"]: o for o in found if o["kind"] == "Namespace"}
+    created = {o["metadata"]["name"] for o in found if o["kind"] == "Namespace"}
     foreign = set(namespaces.BUILT_IN)
     if policy.spec.device_plugin.deploy == "gpu-operator":
         foreign.add(policy.spec.device_plugin.operator.namespace)  # the operator's install creates it
     foreign.add(flux.NAMESPACE)  # flux/ lives beside Flux's HelmReleases; Flux's install creates it
     used = {o["metadata"]["namespace"] for o in found if "namespace" in o["metadata"]}
-    assert used - foreign == set(created), name
-    assert not set(created) & foreign
+    assert not created & foreign
+    return created, used - foreign
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_every_namespace_an_object_names_is_created_by_the_tree_or_exists_in_every_cluster(
+        example_policy: Load, name: str) -> None:
+    created, used = created_and_used(example_policy(name))
+    assert used == created, name
     assert created, "every example places something outside kube-system"
+
+
+#: tke-l20-t4 runs no label reconciler and its device plugins in kube-system: gpupolicy-system holds only what
+#: the webhook and monitoring put there.
+WEBHOOK_NAMESPACE_USERS = {
+    "engine vap, no monitoring": ([("timeoutSeconds: 3", "timeoutSeconds: 3\n    engine: vap"),
+                                   ("monitoring:\n    enabled: true", "monitoring:\n    enabled: false")], set()),
+    "engine vap, monitoring": ([("timeoutSeconds: 3", "timeoutSeconds: 3\n    engine: vap")], {"gpupolicy-system"}),
+    "no admission, monitoring": ([("admission:\n", "admission:\n    enabled: false\n")], {"gpupolicy-system"}),
+}
+
+
+@pytest.mark.parametrize("case", WEBHOOK_NAMESPACE_USERS, ids=str)
+def test_the_webhooks_namespace_is_created_only_when_something_lives_there(example_policy: Load, case: str) -> None:
+    edits, expected = WEBHOOK_NAMESPACE_USERS[case]
+    created, used = created_and_used(example_policy("tke-l20-t4", *edits))
+    assert used == created == expected
 
 
 @pytest.mark.parametrize("name", EXAMPLES)

@@ -189,8 +189,13 @@ def test_daemonset_selectors_name_the_app_and_class_only(example_policy: Load) -
 
 
 def test_disabling_admission_drops_the_admission_component(example_policy: Load) -> None:
-    tree = compile_policy(example_policy("tke-l20-t4", ("  admission:\n", "  admission:\n    enabled: false\n")))
+    off = ("  admission:\n", "  admission:\n    enabled: false\n")
+    tree = compile_policy(example_policy("tke-l20-t4", off))
     assert not any(p.startswith("admission/") for p in tree)
+    # monitoring's rules and dashboard still live in the webhook's namespace, so the tree still creates it
+    assert doc(tree, "kustomization.yaml")["resources"] == ["device-plugin", "namespaces"]
+    tree = compile_policy(example_policy("tke-l20-t4", off, ("monitoring:\n    enabled: true",
+                                                              "monitoring:\n    enabled: false")))
     assert doc(tree, "kustomization.yaml")["resources"] == ["device-plugin"]
 
 

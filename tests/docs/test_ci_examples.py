@@ -304,12 +304,22 @@ def _kustomizations(path: Path) -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for d in _documents(path) if d["kind"] == "Kustomization"}
 
 
+def _engine(flux_file: Path) -> str:
+    """admission.engine of the example cluster a Flux file deploys."""
+    spec = REPO / "examples" / "clusters" / CLUSTER_DIRS[flux_file.parent.name] / "cluster.yaml"
+    return load_policy_or_raise(spec.read_text(encoding="utf-8"), filename=str(spec)).spec.admission_engine
+
+
 @pytest.mark.parametrize("path", FLUX_FILES, ids=[p.parent.name for p in FLUX_FILES])
-def test_flux_applies_device_plugin_then_webhook_then_registration_with_prune_and_health_checks(path: Path) -> None:
+def test_flux_applies_device_plugin_policies_webhook_then_registration_with_prune_and_health_checks(
+        path: Path) -> None:
     ks = _kustomizations(path)
     helm = HELM_KUSTOMIZATIONS.get(path.parent.name)
-    assert [k for k in ks if k != helm] == ["gpupolicy-device-plugin", "gpupolicy-webhook",
-                                            "gpupolicy-webhook-registration", "gpupolicy-monitoring"]
+    webhook = _engine(path) != "vap"
+    assert [k for k in ks if k != helm] == ["gpupolicy-device-plugin", "gpupolicy-admission-policy",
+                                            *(["gpupolicy-webhook", "gpupolicy-webhook-registration"]
+                                              if webhook else []),
+                                            "gpupolicy-monitoring"]
     for k in ks.values():
         assert k["apiVersion"] == "kustomize.toolkit.fluxcd.io/v1"
         assert k["spec"]["prune"] is True and k["spec"]["wait"] is True
@@ -317,8 +327,10 @@ def test_flux_applies_device_plugin_then_webhook_then_registration_with_prune_an
     assert ks["gpupolicy-monitoring"]["spec"]["path"].endswith("/out/monitoring")
     assert [d["name"] for d in ks["gpupolicy-monitoring"]["spec"]["dependsOn"]] == ["kube-prometheus-stack"]
     deps = {name: [d["name"] for d in k["spec"].get("dependsOn", [])] for name, k in ks.items()}
-    assert "gpupolicy-device-plugin" in deps["gpupolicy-webhook"]
-    assert deps["gpupolicy-webhook-registration"] == ["gpupolicy-webhook"]
+    assert deps["gpupolicy-admission-policy"] == []  # the policies need nothing running
+    if webhook:
+        assert "gpupolicy-device-plugin" in deps["gpupolicy-webhook"]
+        assert deps["gpupolicy-webhook-registration"] == ["gpupolicy-webhook"]
     if path.parent.name == "h20-inference":  # deploy: gpu-operator
         assert deps["gpupolicy-device-plugin"] == ["gpu-operator"]
         assert ks["gpupolicy-device-plugin"]["spec"]["healthCheckExprs"][0]["kind"] == "ClusterPolicy"
@@ -353,10 +365,15 @@ def test_the_flux_kustomizations_partition_the_compiled_tree_exactly(
     parts = list(built.values())
     assert set().union(*parts) == whole
     assert sum(len(p) for p in parts) == len(whole), "an object is applied by two Kustomizations"
-    assert {kind for kind, _, _ in built["gpupolicy-monitoring"]} - {"PodMonitor"} == {
-        "PrometheusRule", "ServiceMonitor", "ConfigMap"}
-    assert {kind for kind, _, _ in built["gpupolicy-webhook-registration"]} == {"ValidatingWebhookConfiguration"}
-    assert ("Deployment", "gpupolicy-system", "gpupolicy-webhook") in built["gpupolicy-webhook"]
+    assert {kind for kind, _, _ in built["gpupolicy-admission-policy"]} == {
+        "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    if _engine(path) == "vap":  # no webhook to scrape, nothing but the policies in admission/
+        assert {kind for kind, _, _ in built["gpupolicy-monitoring"]} == {"PrometheusRule", "ConfigMap", "PodMonitor"}
+    else:
+        assert {kind for kind, _, _ in built["gpupolicy-monitoring"]} - {"PodMonitor"} == {
+            "PrometheusRule", "ServiceMonitor", "ConfigMap"}
+        assert {kind for kind, _, _ in built["gpupolicy-webhook-registration"]} == {"ValidatingWebhookConfiguration"}
+        assert ("Deployment", "gpupolicy-system", "gpupolicy-webhook") in built["gpupolicy-webhook"]
     # Node-side objects: plugins (standalone), or the operator's ConfigMaps and the label reconciler.
     assert any(kind in {"DaemonSet", "ClusterPolicy", "Deployment"} for kind, _, _ in built["gpupolicy-device-plugin"])
 

@@ -78,6 +78,7 @@ spec:
     gpu: {{model: A100-SXM4-80GB, count: 4}}
     sharing: {sharing}
   monitoring: {monitoring}
+  admission: {admission}
 """
 
 # For every gate: the spec settings that use the feature, and (below, at) versions around its threshold.
@@ -92,7 +93,8 @@ GATE_CASES: dict[tuple[str, str | None], tuple[dict[str, str], str, str, str]] =
     ("spec.nodeClasses[].sharing.mps", None): ({"sharing": "{mps: {replicas: 4}}"}, "plugin", "v0.14.5", "v0.15.0"),
     ("spec.nodeClasses[].sharing.mps.failRequestsGreaterThanOne", "false"):
         ({"sharing": "{mps: {replicas: 4, failRequestsGreaterThanOne: false}}"}, "plugin", "v0.19.3", "v0.20.0"),
-    ("spec.admission.enabled", "true"): ({}, "k8s", "1.27", "1.28"),
+    ("spec.admission.enabled", "true"): ({"admission": "{engine: webhook}"}, "k8s", "1.27", "1.28"),
+    ("spec.admission.engine", "vap"): ({"admission": "{engine: vap}"}, "k8s", "1.29", "1.30"),
     ("spec.hami.version", None): ({"sharing": "{vgpu: {splitCount: 4}}"}, "hami", "v2.9.0", "v2.10.0"),
     ("spec.monitoring.dcgmExporter", None): ({"deploy": "gpu-operator", "monitoring": "{enabled: true}"},
                                               "operator", "v23.3.2", "v23.6.0"),
@@ -106,7 +108,8 @@ GATE_CASES: dict[tuple[str, str | None], tuple[dict[str, str], str, str, str]] =
 def test_each_documented_version_gate_is_enforced_exactly_at_its_version(gate: specdoc.Gate) -> None:
     settings, knob, below, at = GATE_CASES[(gate.field, gate.value)]
     values = {"k8s": "1.30", "plugin": "v0.17.1", "strategy": "envvar", "sharing": "exclusive", "hami": "v2.10.0",
-              "deploy": "standalone", "operator": "v26.7.0", "monitoring": "{enabled: false}", **settings}
+              "deploy": "standalone", "operator": "v26.7.0", "monitoring": "{enabled: false}", "admission": "{}",
+              **settings}
 
     def codes(version: str) -> list[str]:
         text = BASE.format(**{**values, knob: version})

@@ -315,6 +315,14 @@ def test_disabled_admission_gets_no_admission_advice() -> None:
     assert found(body) == []
 
 
+def test_admission_enforced_by_validating_admission_policies_alone_gets_no_webhook_advice() -> None:
+    # No webhook runs, so it has no replicas to drain nor outage to let workloads through.
+    body = (classes(L20_SIZED)
+            + "kubernetesVersion: '1.31'\nadmission: {engine: vap, replicas: 1, failurePolicy: Ignore}\n")
+    assert found(body) == []
+    assert len(found(body.replace("engine: vap", "engine: both"))) == 2
+
+
 def test_advice_is_sorted_classes_then_tenants_then_admission() -> None:
     body = classes(L20_SIZED, *(f"""\
         - name: c{n}

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+import workload_fixtures
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pod_controllers import CONTROLLERS
@@ -21,7 +21,6 @@ from policy.offers import AdmissionPolicy, build_admission_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "examples" / "clusters"
-FIXTURES = ROOT / "tests" / "fixtures" / "workloads"
 REVIEWS = ROOT / "tests" / "fixtures" / "admission-reviews"
 GPU = "nvidia.com/gpu"
 
@@ -293,16 +292,7 @@ def test_the_real_world_admission_reviews_carry_no_gpu_request_and_are_allowed(n
 # ---- workload fixtures: discovered, self-describing ----------------------------------------------------------------
 
 
-def fixture_header(path: Path) -> dict[str, str]:
-    header = {}
-    for line in path.read_text(encoding="utf-8").splitlines()[:4]:
-        key, _, value = line.removeprefix("# ").partition(": ")
-        if key in ("expect", "cluster", "namespace-labels"):
-            header[key] = value.strip()
-    return header
-
-
-FIXTURE_FILES = sorted(FIXTURES.glob("*/*.yaml"))
+FIXTURE_FILES = workload_fixtures.FILES
 
 
 def test_workload_fixtures_exist_for_both_verdicts() -> None:
@@ -311,13 +301,13 @@ def test_workload_fixtures_exist_for_both_verdicts() -> None:
 
 @pytest.mark.parametrize("path", FIXTURE_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_each_workload_fixture_gets_the_verdict_its_header_states(path: Path) -> None:
-    header = fixture_header(path)
+    header = workload_fixtures.header(path)
     verdict, *expected = header["expect"].split()
     assert verdict == path.parent.name, "the directory and the # expect: line disagree"
     engine = engine_for(header["cluster"])
-    labels = dict(pair.split("=", 1) for pair in header.get("namespace-labels", "").split(",") if pair)
+    labels = workload_fixtures.namespace_labels(header)
     decisions = [engine.evaluate(obj, tenants=engine.tenants_for(labels))
-                 for obj in yaml.safe_load_all(path.read_text(encoding="utf-8")) if obj is not None]
+                 for obj in workload_fixtures.documents(path)]
     fired = sorted({d.code for decision in decisions for d in decision.diagnostics})
     assert all(d.allowed for d in decisions) == (verdict == "allow"), [d.message for d in decisions]
     assert fired == sorted(expected), [d.render() for d in decisions]

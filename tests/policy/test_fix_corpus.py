@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import workload_fixtures
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +22,6 @@ from policy.engine import Decision, Engine
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "examples" / "clusters"
-FIXTURES = ROOT / "tests" / "fixtures" / "workloads"
 NO_CHANGE = "no change to this object within the policy admits it"
 
 
@@ -93,17 +93,15 @@ def test_each_finding_of_each_suite_denial_has_a_fix_that_admits_the_object(
     assert decision.diagnostics[0].fix is not None  # every suite denial can be fixed within its policy
 
 
-DENY_FIXTURES = sorted((FIXTURES / "deny").glob("*.yaml"))
+DENY_FIXTURES = [path for path in workload_fixtures.FILES if path.parent.name == "deny"]
 
 
 @pytest.mark.parametrize("path", DENY_FIXTURES, ids=lambda p: p.name)
 def test_each_denied_workload_fixture_has_fixes_that_admit_it(path: Path) -> None:
-    header = {k: v.strip() for k, _, v in (line.removeprefix("# ").partition(": ")
-                                           for line in path.read_text(encoding="utf-8").splitlines()[:4])}
-    labels = dict(pair.split("=", 1) for pair in header.get("namespace-labels", "").split(",") if pair)
-    for obj in yaml.safe_load_all(path.read_text(encoding="utf-8")):
-        if obj is not None:
-            check_every_fix_admits(engine_for(header["cluster"]), obj, labels, "apps")
+    header = workload_fixtures.header(path)
+    labels = workload_fixtures.namespace_labels(header)
+    for obj in workload_fixtures.documents(path):
+        check_every_fix_admits(engine_for(header["cluster"]), obj, labels, "apps")
 
 
 # --- generated pods ----------------------------------------------------------------------------------------------

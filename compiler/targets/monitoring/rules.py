@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from compiler.targets import (
+    admission_policy,
     admission_webhook,
     device_plugin,
     feature_discovery,
@@ -39,6 +40,7 @@ from compiler.targets.monitoring.promql import (
     div,
     eq,
     mul,
+    ne,
     number,
     one_of,
     or_,
@@ -126,7 +128,8 @@ class Context:
 
     @property
     def admission(self) -> bool:
-        return self.resolved.spec.admission.enabled
+        """The webhook runs (admission on, and not compiled to ValidatingAdmissionPolicies alone)."""
+        return self.resolved.spec.runs_webhook
 
     @property
     def webhook_namespace(self) -> str:
@@ -501,6 +504,23 @@ def _replicas_disagree(ctx: Context) -> Expr | None:
     return cmp(digests, ">", number(1))
 
 
+def _admission_policy_errors(ctx: Context) -> Expr | None:
+    """Evaluations of the compiled ValidatingAdmissionPolicies that ended in an error (a compile or type error, or
+    the cost budget exhausted), not a verdict: from 1.31 by error_type; in 1.30, which has no error_type, the
+    errors failurePolicy Ignore let through (enforcement_action allow; a policy only counts an allow for those)."""
+    names = admission_policy.policy_names(ctx.resolved)
+    spec = ctx.resolved.spec
+    typed = spec.kubernetes_minor >= sig.POLICY_CHECK_ERROR_TYPE_MINOR
+    if not names or not (typed or admission_policy.failure_policy(spec) == "Ignore"):
+        return None  # 1.30 counts an error failurePolicy Fail turns into a denial as a denial: nothing to tell
+    policies = one_of("policy", names)
+    if typed:
+        errors = _rate(sig.APISERVER_POLICY_CHECKS, "10m", policies, ne("error_type", "no_error"))
+        return cmp(_sum_by(("policy", "policy_binding", "error_type"), errors), ">", number(0))
+    ignored = _rate(sig.APISERVER_POLICY_CHECKS, "10m", policies, eq("enforcement_action", "allow"))
+    return cmp(_sum_by(("policy", "policy_binding"), ignored), ">", number(0))
+
+
 def _denies_surge(ctx: Context) -> Expr | None:
     if not ctx.admission:
         return None
@@ -590,6 +610,7 @@ class AlertSpec:
 
 
 _NODES, _WORKLOADS, _WEBHOOK, _USAGE = "gpupolicy.nodes", "gpupolicy.workloads", "gpupolicy.webhook", "gpupolicy.usage"
+_POLICIES = "gpupolicy.admission-policies"
 #: A GPU or a MIG instance of it, in an annotation (GPU_I_PROFILE is empty on a whole GPU).
 _DEVICE = ("{{ if $labels.GPU_I_PROFILE }}MIG instance {{ $labels.GPU_I_PROFILE }} of {{ end }}"
            "GPU {{ $labels.gpu }} ({{ $labels.UUID }}) on {{ $labels.node }}")
@@ -719,6 +740,14 @@ ALERTS: tuple[AlertSpec, ...] = (
         "{{ $value | humanizeDuration }}. Past the webhook's timeoutSeconds the API server applies its "
         "failurePolicy.",
         _webhook_slow),
+    AlertSpec(
+        "GPUPolicyAdmissionPolicyErrors", _POLICIES, "warning", "10m",
+        "The API server cannot evaluate the ValidatingAdmissionPolicy {{ $labels.policy }}",
+        "Evaluations of {{ $labels.policy }} (binding {{ $labels.policy_binding }}) end in an error, not a "
+        "verdict: the CEL ran out of its cost budget on a large pod, or does not compile on this API server. Its "
+        "failurePolicy decides those requests: Ignore beside the webhook, which then decides alone; "
+        "admission.failurePolicy with admission.engine vap.",
+        _admission_policy_errors),
     AlertSpec(
         "GPUPolicyWebhookInternalErrors", _WEBHOOK, "warning", None,
         "The gpupolicy webhook {{ $labels.pod }} hit an unexpected error",

@@ -60,6 +60,13 @@ PER_POD = Matcher("pod_uid", "!=", "")
 APISERVER_WEBHOOK_REJECTIONS = "apiserver_admission_webhook_rejection_count"
 APISERVER_WEBHOOK_FAIL_OPEN = "apiserver_admission_webhook_fail_open_count"
 APISERVER_WEBHOOK_DURATION = "apiserver_admission_webhook_admission_duration_seconds_bucket"
+#: One count per (policy, binding) evaluation: {policy, policy_binding, enforcement_action, state} in 1.30, where an
+#: error failurePolicy Ignore let through counts as enforcement_action="allow"; {policy, policy_binding, error_type,
+#: enforcement_action} from 1.31 (k8s.io/apiserver v0.30.0 and v0.31.0 pkg/admission/plugin/policy/validating/
+#: metrics/metrics.go).
+APISERVER_POLICY_CHECKS = "apiserver_validating_admission_policy_check_total"
+#: The first minor whose check counter carries error_type.
+POLICY_CHECK_ERROR_TYPE_MINOR = 31
 
 # the webhook's own metrics (webhook/metrics.py; counters end in _total once exposed)
 WEBHOOK_DECISIONS = "gpupolicy_admission_decisions_total"
