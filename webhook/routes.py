@@ -15,12 +15,13 @@ blueprint = Blueprint(EXTENSION, __name__)
 
 # Tenant names are DNS labels in the spec (policy/model.py Tenant.name), so anything else is no route.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_HEALTHZ = f"{EXTENSION}.healthz"
 
 
 @blueprint.before_request
 def _refresh_policy() -> None:
     # Liveness stays trivial; every other call, probes included, lets the store notice a new policy file.
-    if request.endpoint != f"{EXTENSION}.healthz":
+    if request.endpoint != _HEALTHZ:
         current_webhook().store.maybe_refresh()
 
 
@@ -32,11 +33,11 @@ def validate(tenant: str | None) -> Response:
     The ValidatingWebhookConfiguration routes each tenant's namespaces (by namespaceSelector) to its path,
     so the webhook needs no API access to learn a namespace's labels; the API server ANDs the verdicts.
     """
-    g.started = time.perf_counter()
+    started = g.started = time.perf_counter()
     if tenant is not None and not _DNS_LABEL.match(tenant):
         raise NotFound(f"{tenant!r} is not a tenant name (tenant names are DNS labels)")
     rv = g.review = review.parse_review(_json_body())
-    verdict = current_webhook().admit(rv, tenant=tenant, started=g.started)
+    verdict = current_webhook().admit(rv, tenant=tenant, started=started)
     return jsonify(review.build_response(rv, verdict))
 
 
