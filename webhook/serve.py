@@ -80,6 +80,11 @@ def configure_logging(level: str) -> None:
     logger.handlers[:] = [handler]
     logger.setLevel(level.upper())
     logger.propagate = False
+    # A record computes its caller's frame, thread and multiprocessing process name unless told not to, and no
+    # line here prints them (the logging HOWTO, "Optimization"): a review's record 15.7 -> 13.6 µs.
+    logging._srcfile = None  # type: ignore[attr-defined]
+    logging.logThreads = False
+    logging.logMultiprocessing = False
 
 
 class LineFormatter(logging.Formatter):
