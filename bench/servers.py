@@ -38,6 +38,7 @@ from webhook.settings import Settings  # noqa: E402
 #: server kind -> what it is, for reports.
 KINDS = {
     "eventloop": "gunicorn + the webhook's event-loop worker (webhook/worker.py), as shipped",
+    "gthread": "gunicorn's gthread worker, 4 threads per worker (the worker the event loop replaced)",
     "gevent": "gunicorn's gevent worker",
     "gevent-timeout": "gunicorn's gevent worker, each connection under a gevent.Timeout of the request timeout",
     "gasgi": "gunicorn 27's ASGI worker (-k asgi, gunicorn/workers/gasgi.py) + a2wsgi",
@@ -46,6 +47,8 @@ KINDS = {
     "granian": "granian 2.8 (Rust, hyper), WSGI interface",
 }
 APPS = ("real", "noop", "flask-noop")
+#: Threads per gthread worker, as the webhook shipped them before the event-loop worker.
+GTHREAD_THREADS = 4
 
 
 def build(app: str) -> Any:
@@ -82,7 +85,7 @@ def _gunicorn(settings: Settings, app: str, worker_class: Any, *, asgi: bool = F
         def load_config(self) -> None:
             super().load_config()
             self.cfg.set("worker_class", worker_class)
-            if worker_class != "webhook.worker.EventLoopWorker":
+            if worker_class not in ("webhook.worker.EventLoopWorker", "gthread"):  # those keep tls.py's reloader
                 # Built in the worker, after gevent's monkey-patching: a context made before it (the
                 # master's CertificateReloader) wraps sockets gevent cannot use. Once per worker, so no
                 # hot reload here: gevent and gasgi ask gunicorn's ssl_context hook once, at start.
@@ -90,6 +93,8 @@ def _gunicorn(settings: Settings, app: str, worker_class: Any, *, asgi: bool = F
                 self.cfg.set("ssl_context", lambda conf, factory: tls.build_context(cert, key))
             if asgi:
                 self.cfg.set("asgi_lifespan", "off")
+            if worker_class == "gthread":
+                self.cfg.set("threads", GTHREAD_THREADS)
 
         def load(self) -> Any:
             wsgi = super().load() if app == "real" else build(app)
@@ -180,6 +185,8 @@ def _granian(settings: Settings, app: str) -> int:
 def run(kind: str, app: str, settings: Settings) -> int:
     if kind == "eventloop":
         return _gunicorn(settings, app, "webhook.worker.EventLoopWorker")
+    if kind == "gthread":
+        return _gunicorn(settings, app, "gthread")
     if kind in ("gevent", "gevent-timeout"):
         return _gunicorn(settings, app, "gevent" if kind == "gevent" else _gevent_timeout_worker())
     if kind == "gasgi":

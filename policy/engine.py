@@ -213,7 +213,9 @@ class Engine:
                       self._tenant_access, fitting_views)
         if self._hami is not None:
             facts = self._hami.narrow(facts, obj, workload)
-        found = tuple(replace(d, severity=self._severity[rule.id]) for rule in RULES for d in rule.check(facts))
+        # Rules report "error"; a copy is made only for a finding the policy sets to another severity.
+        found = tuple(d if d.severity == (severity := self._severity[rule.id]) else replace(d, severity=severity)
+                      for rule in RULES for d in rule.check(facts))
         return remedies.Assessment(obj, tenants, workload, facts, found, request)
 
     def access(self, tenants: Sequence[str]) -> Access:

@@ -73,10 +73,7 @@ def parse_count(value: Any) -> int | None:
     Extended resources such as nvidia.com/gpu must be integers (API validation), so "1.5" and "-1"
     yield None, while "1", 1, 1.0, "1k" and "1000m" are counted.
     """
-    number = parse_quantity(value)
-    if number is None or number < 0 or number.denominator != 1:
-        return None
-    return int(number)
+    return count_problem(value)[0]
 
 
 def count_problem(value: Any) -> tuple[int | None, str | None]:

@@ -458,10 +458,14 @@ def _tolerations(raw: Any) -> tuple[Toleration, ...]:
         return ()
     out = []
     for item in raw:
-        fields = [item.get(k, "") if _is_mapping(item) else None for k in ("key", "operator", "value", "effect")]
-        if all(isinstance(f, str) for f in fields) and fields[1] in _OPERATORS:
-            out.append(Toleration(*fields))
-        elif item is not None:
+        if _is_mapping(item):  # tested once per item, not once per field
+            key, operator, value, effect = (item.get("key", ""), item.get("operator", ""), item.get("value", ""),
+                                            item.get("effect", ""))
+            if (isinstance(key, str) and isinstance(operator, str) and isinstance(value, str)
+                    and isinstance(effect, str) and operator in _OPERATORS):
+                out.append(Toleration(key, operator, value, effect))
+                continue
+        if item is not None:
             out.append(TOLERATE_ALL)
     return tuple(out)
 

@@ -47,6 +47,13 @@ def test_startup_bench_times_the_short_commands_and_lists_their_imports() -> Non
     assert "heavy libraries: none" in out  # --help and --version import neither pydantic nor flask
 
 
+def test_app_bench_sets_the_webhook_against_both_floors_step_by_step() -> None:
+    out = run_bench("app_bench.py")
+    assert "| real |" in out and "| flask |" in out and "| noop |" in out
+    for step in ("json", "parse", "engine", "metrics", "log", "the rest"):
+        assert f"| {step} |" in out
+
+
 def test_yaml_bench_finds_no_byte_the_fast_emitter_writes_differently() -> None:
     out = run_bench("yaml_bench.py")
     assert out.startswith("equivalence: dump_yaml == PyYAML's emitter")

@@ -22,6 +22,10 @@ from webhook import review, store
 #: Admission handling is pure and in memory: the interesting range is 0.5 ms to a few ms (webhook.md §6),
 #: with the API server's 3 s timeout the far end.
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+#: Decision counters kept bound to their labels: `labels()` converts, checks and looks up under a lock on every
+#: call, a few µs per review (docs/performance.md). A review's kind is the client's to choose, so the cache is
+#: bounded; past it, labels() is called as before.
+_BOUND_DECISIONS = 1024
 
 
 class Metrics:
@@ -79,6 +83,7 @@ class Metrics:
             ["reason"], registry=registry,
         )
         self._policy_labels: tuple[str, str] | None = None
+        self._decision_children: dict[tuple[str, str, str, str], Counter] = {}
 
     # --- store.StoreObserver ----------------------------------------------------------------------------
 
@@ -112,8 +117,16 @@ class Metrics:
         self.dropped_connections.labels(reason).inc()
 
     def observe(self, rv: review.Review, verdict: review.Verdict, seconds: float) -> None:
+        kind, operation = rv.kind["kind"], rv.operation
+        children = self._decision_children
         for rule, outcome in verdict.rules:
-            self.decisions.labels(rule, outcome, rv.kind["kind"], rv.operation).inc()
+            key = (rule, outcome, kind, operation)
+            child = children.get(key)
+            if child is None:
+                child = self.decisions.labels(*key)
+                if len(children) < _BOUND_DECISIONS:
+                    children[key] = child
+            child.inc()
         self.duration.observe(seconds)
 
     def render(self) -> tuple[bytes, str]:

@@ -29,6 +29,7 @@ import collections
 import contextlib
 import ctypes
 import ctypes.util
+import gc
 import os
 import signal
 import socket
@@ -157,6 +158,10 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
 
     def run(self) -> None:
         assert self.loop is not None
+        # Everything loaded so far (the app, its policy, Flask, the libraries: ~60,000 objects) lives as long as
+        # the worker. Frozen (Python's gc.freeze), a full collection no longer walks it: it took 12-70 ms of the
+        # loop, a stall for every review waiting, once every ~20,000 reviews, and now takes well under 1 ms.
+        gc.freeze()
         try:
             self.loop.run_until_complete(self._serve())
         finally:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from webhook_support import (
     V1,
     V1BETA1,
@@ -137,6 +139,59 @@ def test_a_malformed_body_is_refused_with_every_cause_listed(
     with pytest.raises(review.MalformedReview) as caught:
         review.parse_review(body)
     assert (caught.value.code, list(caught.value.causes)) == (code, causes)
+
+
+def _outcome(body: bytes, parse: Any) -> tuple[str, str]:
+    """What a parser makes of body: the value's repr (types, key order and float signs included) or the error."""
+    try:
+        return "value", repr(parse(body))
+    except (ValueError, RecursionError) as err:
+        return type(err).__name__, str(err)
+
+
+# Where orjson and json.loads are known to part (review.py), and what json.loads reads that RFC 8259 does not.
+JSON_EDGES = [
+    b"NaN", b"[Infinity, -Infinity]", b"1e400", b"-1.7976931348623159e308", b"2.4703282292062328e-324",
+    b"0.1000000000000000055511151231257827", b"9007199254740993", b"-9223372036854775808", b"-9223372036854775809",
+    b"18446744073709551615", b"18446744073709551616", b"123456789012345678901234567890", b"-0", b"-0.0",
+    b'{"a": 1, "b": 2, "a": 3}', b'"\\ud800"', b'{"\\udfff": 1}', b'"\xed\xa0\x80"', b'"\xff"', b"\xef\xbb\xbf{}",
+    json.dumps({"a": [1, "\u00e9"]}).encode("utf-16"), json.dumps([1]).encode("utf-32-be"), b'"\x01"', b"01",
+    b"[1,]", b"", b" ", b'"\\u00e9\\uD83D\\uDE00"', b"[" * 899 + b"]" * 899, b"[" * 1000 + b"]" * 1000,
+    b"{" + b'"k": {' * 950 + b"}" * 951, b'{"uid": ' + b"7" * 5000 + b"}",
+]
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(st.characters(codec=None, exclude_categories=())),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
+    max_leaves=20,
+)
+_json_bodies = st.one_of(
+    st.builds(lambda v, ascii: json.dumps(v, ensure_ascii=ascii).encode("utf-8", "surrogatepass"), _json_values,
+              st.booleans()),
+    st.builds(lambda v, at, byte: (lambda b: b[:at] + bytes([byte]) + b[at + 1:])(json.dumps(v).encode()),
+              _json_values, st.integers(0, 60), st.integers(0, 255)),
+    st.binary(max_size=40),
+)
+
+
+@pytest.mark.parametrize("body", JSON_EDGES, ids=range(len(JSON_EDGES)))
+def test_the_json_parse_gives_what_json_loads_gives_at_its_edges(body: bytes) -> None:
+    assert _outcome(body, review._loads) == _outcome(body, json.loads)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_json_bodies)
+def test_the_json_parse_gives_what_json_loads_gives_on_any_body(body: bytes) -> None:
+    assert _outcome(body, review._loads) == _outcome(body, json.loads)
+
+
+def test_a_review_as_the_api_server_sends_it_is_parsed_by_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The reason the parse is fast (docs/performance.md): a real review must not fall back to json.loads.
+    def refused(*_: Any, **__: Any) -> Any:
+        raise AssertionError("json.loads was called")
+
+    body = json.dumps(admission_review(workload("Deployment", container(gpus=1)))).encode()
+    monkeypatch.setattr(review.json, "loads", refused)
+    assert review.parse_review(body).kind["kind"] == "Deployment"
 
 
 def test_a_delete_review_needs_no_object() -> None:
