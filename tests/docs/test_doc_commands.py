@@ -204,6 +204,18 @@ def test_every_not_run_block_says_why() -> None:
     assert not unexplained, f"give a reason in <!-- not-run: reason -->: {unexplained}"
 
 
+#: Commands that change a node or its GPUs by hand: the compiled tree does all of that (labels by the reconciler,
+#: MIG layouts by the MIG manager), so the walk-through must never ask for one.
+_HAND_STEPS = re.compile(r"kubectl\s+(label|annotate|taint|patch)\b|nvidia-smi|nvidia-mig-parted\s+apply"
+                         r"|helm\s+(upgrade|install)")
+
+
+def test_the_getting_started_walk_through_has_no_hand_step_on_a_node() -> None:
+    steps = [(b.where, line) for b in ALL_BLOCKS["getting-started.md"] for line in b.text.splitlines()
+             if _HAND_STEPS.search(line)]
+    assert not steps, steps
+
+
 def test_every_marker_is_one_the_runner_knows() -> None:
     known = {"not-run", "exit", "output", "same-as", "excerpt-of"}
     unknown = [(b.where, name) for blocks in ALL_BLOCKS.values() for b in blocks for name in b.markers
