@@ -1,126 +1,116 @@
-"""Edit a spec file's text in place: replace node classes' ``sharing`` and add a section, keeping the rest as the
-user wrote it (comments, key order, quoting, ``46068Mi``).
+"""Edit a spec file's text in place: replace node classes' ``sharing`` and add a section, leaving every other line
+byte for byte as the user wrote it (comments, indentation, spacing, quoting, ``46068Mi``, ``---``, line endings).
 
-A ``plan --draft`` is read back by people (the TODOs `cluster discover` writes are the point of its draft), so
-it goes through a round-trip YAML parser (ruamel.yaml) instead of a load and a re-serialisation, which would drop
-every comment and re-sort the keys.
+A ``plan --draft`` is read back by people (the TODOs `cluster discover` writes are the point of its draft), so it
+is a splice, not a re-serialisation: the YAML composer says where each ``sharing`` value starts and ends, and only
+those lines are rewritten. The composer is the one that loaded and validated the spec, so a spec `validate`
+accepts is a spec this can edit (a second, stricter parser refused tabs before comments that PyYAML allows).
 """
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
+import yaml
+
+from policy.source import compose_document
 
 __all__ = ["edit_spec"]
 
-# The block styles specs are written in: the project's (`- ` two columns in under its key) and the flush one.
-_STYLES = ((2, 4, 2), (2, 2, 0))
+_INDENT = 2
+
+
+@dataclass(frozen=True)
+class _Edit:
+    """Replace ``lines[first:last]`` (``last`` excluded) with ``new``; ``first == last`` inserts."""
+
+    first: int
+    last: int
+    new: list[str]
 
 
 def edit_spec(text: str, sharing: Mapping[int, Any], sections: Mapping[str, Any] | None = None) -> str:
     """``text`` with ``spec.nodeClasses[i].sharing`` set to ``sharing[i]`` and each of ``sections`` added to
-    ``spec`` where it has none (after ``devicePlugin``).  Everything else comes out as it went in."""
-    yaml = _yaml(text)
-    data = yaml.load(text)
-    spec = data["spec"]
-    classes = spec["nodeClasses"]
-    for index, value in sorted(sharing.items()):
-        _replace(classes[index], "sharing", value)
+    ``spec`` where it has none (after ``devicePlugin``).  Every other line comes out as it went in."""
+    newline = "\r\n" if "\r\n" in text else "\n"
+    lines = text.replace("\r\n", "\n").split("\n")
+    root = compose_document("\n".join(lines))
+    spec = _value(root, "spec")
+    classes = _value(spec, "nodeClasses")
+    assert isinstance(spec, yaml.MappingNode) and isinstance(classes, yaml.SequenceNode)
+    edits = [edit for index, value in sorted(sharing.items())
+             if (edit := _sharing_edit(lines, classes.value[index], value)) is not None]
     for key, value in (sections or {}).items():
-        if key not in spec:
-            keys = list(spec)
-            at = keys.index("devicePlugin") + 1 if "devicePlugin" in keys else len(keys)
-            spec.insert(at, key, _plain(value))
-    return _dump(yaml, data)
+        if _entry(spec, key) is None:
+            edits.append(_section_edit(spec, key, value))
+    for edit in sorted(edits, key=lambda e: e.first, reverse=True):
+        lines[edit.first:edit.last] = edit.new
+    return newline.join(lines)
 
 
-def _yaml(text: str) -> YAML:
-    """A round-trip parser indenting as ``text`` does (the first style that reproduces it, else the project's)."""
-    for style in _STYLES:
-        yaml = _make(style)
-        if _dump(yaml, yaml.load(text)) == text:
-            return yaml
-    return _make(_STYLES[0])
+def _sharing_edit(lines: list[str], node_class: yaml.Node, value: Any) -> _Edit | None:
+    assert isinstance(node_class, yaml.MappingNode)
+    found = _entry(node_class, "sharing")
+    if found is None:
+        return _insert_after(node_class, "sharing", value)
+    key, old = found
+    if _construct(old) == value:
+        return None  # already so: keep it as written, comments and all
+    line, column = key.start_mark.line, key.start_mark.column
+    end = _end_line(old)
+    # The key's line keeps what stands before the key (`- ` of a sequence item); what followed the old value on its
+    # last line (an end-of-line comment) described the old value and goes with it.
+    block = _dump_entry("sharing", value, column)
+    block[0] = lines[line][:column] + block[0][column:]
+    return _Edit(line, end + 1, block)
 
 
-def _make(style: tuple[int, int, int]) -> YAML:
-    yaml = YAML()
-    yaml.preserve_quotes = True
-    yaml.width = 4096  # never fold a long line the user wrote on one
-    mapping, sequence, offset = style
-    yaml.indent(mapping=mapping, sequence=sequence, offset=offset)
-    return yaml
+def _section_edit(spec: yaml.MappingNode, key: str, value: Any) -> _Edit:
+    after = _entry(spec, "devicePlugin")
+    return _insert_after(spec, key, value, after[1] if after else None)
 
 
-def _dump(yaml: YAML, data: Any) -> str:
-    out = io.StringIO()
-    yaml.dump(data, out)
-    return out.getvalue()
+def _insert_after(mapping: yaml.MappingNode, key: str, value: Any, after: yaml.Node | None = None) -> _Edit:
+    """``key: value`` as a new entry of ``mapping`` after ``after`` (default: its last entry)."""
+    column = mapping.value[0][0].start_mark.column
+    line = _end_line(after if after is not None else mapping.value[-1][1]) + 1
+    return _Edit(line, line, _dump_entry(key, value, column))
 
 
-def _replace(mapping: CommentedMap, key: str, value: Any) -> None:
-    """Set ``mapping[key]``, moving the comment that follows the old value (ruamel keeps the comment lines after a
-    block on the block's last scalar: e.g. the next class's heading) to the end of the new value."""
-    if key in mapping and _data(mapping[key]) == _data(value):
-        return  # already so: keep it as written, comments and all
-    new = _plain(value)
-    tail = _pop_tail(mapping, key) if key in mapping else None
-    if key in mapping:
-        mapping[key] = new
-    else:
-        mapping.insert(len(mapping), key, new)
-    if tail is not None:
-        holder, last = _last_scalar(mapping, key)
-        holder.ca.items[last] = tail
+def _dump_entry(key: str, value: Any, column: int) -> list[str]:
+    text = yaml.safe_dump({key: value}, default_flow_style=False, sort_keys=False, width=4096, indent=_INDENT)
+    return [" " * column + line for line in text.rstrip("\n").split("\n")]
 
 
-def _last_scalar(holder: Any, key: Any) -> tuple[Any, Any]:
-    """Where the comment after the value ``holder[key]`` is kept: the innermost last entry of a block."""
-    value = holder[key]
-    if isinstance(value, CommentedMap) and len(value):
-        return _last_scalar(value, list(value)[-1])
-    if isinstance(value, CommentedSeq) and len(value):
-        return _last_scalar(value, len(value) - 1)
-    return holder, key
-
-
-def _pop_tail(holder: Any, key: Any) -> list[Any] | None:
-    """Take the comment after the value ``holder[key]``, without its end-of-line part: that one described the
-    value being replaced."""
-    where, last = _last_scalar(holder, key)
-    entry = where.ca.items.pop(last, None)
-    token = entry[2] if entry is not None and len(entry) > 2 else None
-    if token is None:
+def _entry(mapping: yaml.Node, key: str) -> tuple[yaml.Node, yaml.Node] | None:
+    if not isinstance(mapping, yaml.MappingNode):
         return None
-    text = token.value
-    if not text.startswith("\n"):
-        text = text.partition("\n")[2]
-        if not text.strip():
-            return None
-        token.value = "\n" + text if not text.startswith("\n") else text
-    return entry
+    return next(((k, v) for k, v in mapping.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
 
 
-def _data(value: Any) -> Any:
-    """Round-trip nodes as plain data, to compare."""
-    if isinstance(value, Mapping):
-        return {str(k): _data(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_data(v) for v in value]
-    return value
+def _value(mapping: yaml.Node, key: str) -> yaml.Node:
+    found = _entry(mapping, key)
+    if found is None:
+        raise KeyError(key)
+    return found[1]
 
 
-def _plain(value: Any) -> Any:
-    """Plain data as round-trip nodes in block style (a bare dict would be written in flow style)."""
-    if isinstance(value, Mapping):
-        out = CommentedMap()
-        for k, v in value.items():
-            out[k] = _plain(v)
-        return out
-    if isinstance(value, list | tuple):
-        return CommentedSeq(_plain(v) for v in value)
-    return value
+def _end_line(node: yaml.Node) -> int:
+    """The last line holding part of ``node``: a block collection ends where its last item does (its own end mark
+    lies past the comments and blank lines that follow it)."""
+    while isinstance(node, yaml.CollectionNode) and not node.flow_style and node.value:
+        last = node.value[-1]
+        node = last[1] if isinstance(node, yaml.MappingNode) else last
+    mark = node.end_mark
+    # A block scalar (`|`) ends at the start of the line after it.
+    return mark.line - 1 if mark.column == 0 and mark.line > node.start_mark.line else mark.line
+
+
+def _construct(node: yaml.Node) -> Any:
+    loader = yaml.SafeLoader("")
+    try:
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()

@@ -14,7 +14,7 @@ from policy.plan.figures import DIMENSIONS, MODES, Figures
 from policy.plan.inventory import Inventory, Workload
 from policy.plan.scoring import Evaluation, evaluate
 
-__all__ = ["HAMI_DEFAULTS", "ClassPlan", "Plan", "class_fragment", "draft_changes", "draft_spec", "make_plan",
+__all__ = ["HAMI_DEFAULTS", "ClassPlan", "Plan", "class_fragment", "draft_changes", "make_plan",
            "sharing_fragment"]
 
 #: The cluster-wide HAMi settings a spec with a vgpu class needs (names fixed with the vgpu mode's spec).
@@ -181,19 +181,6 @@ def draft_changes(plan: Plan) -> tuple[dict[int, Any], dict[str, Any]]:
     sharing = {c.target.class_index: sharing_fragment(c.best, plan.figures) for c in plan.classes
                if c.target.class_index is not None and c.best is not None and c.workloads}
     return sharing, ({"hami": dict(HAMI_DEFAULTS)} if uses_vgpu(plan) else {})
-
-
-def draft_spec(spec: Mapping[str, Any], plan: Plan) -> dict[str, Any]:
-    """``spec`` (a ClusterGPUPolicy as data, e.g. a `cluster discover` draft) with every planned class's sharing
-    replaced by the recommendation, and HAMi's section added when a class gets vGPU."""
-    out = copy.deepcopy(dict(spec))
-    sharing, sections = draft_changes(plan)
-    classes = out.get("spec", {}).get("nodeClasses", [])
-    for index, value in sharing.items():
-        classes[index]["sharing"] = value
-    for key, value in sections.items():
-        out["spec"].setdefault(key, value)
-    return out
 
 
 def current_candidate(plan: ClassPlan) -> Candidate | None:

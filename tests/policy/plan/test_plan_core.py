@@ -58,10 +58,13 @@ def test_seed_003_fragments_validate_in_the_spec() -> None:
     plan = _plan("tke-l20-t4", "examples/plan/tke-l20-t4/inventory.yaml")
     resolved = _resolved("tke-l20-t4")
     data = resolved.policy.model_dump(by_alias=True, exclude_unset=True, mode="json")
-    drafted = recommend.draft_spec(data, plan)
+    sharing, sections = recommend.draft_changes(plan)
+    assert sections == {}  # no vGPU here, so no HAMi section
+    for index, value in sharing.items():
+        data["spec"]["nodeClasses"][index]["sharing"] = value
     import yaml
 
-    result = load_policy(yaml.safe_dump(drafted), filename="draft.yaml")
+    result = load_policy(yaml.safe_dump(data), filename="draft.yaml")
     assert result.ok, result.diagnostics
     assert [o.per_node for c in result.resolved.classes for o in c.offers] == [8, 3]
 
