@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                "to schemas/cluster-policy.schema.json where the draft goes to a file, with -o or "
                                "> FILE, in a directory at or below one holding it, as gpupolicy schema --write "
                                "schemas writes it; otherwise no such line, and a comment saying how to get one)")
-    discover.add_argument("-o", "--out", metavar="FILE", help="write the draft to FILE instead of standard output")
+    discover.add_argument("-o", "--out", metavar="FILE",
+                          help="write the draft to FILE instead of standard output (-: standard output)")
     _access_arguments(discover)
     reconcile = actions.add_parser(
         "reconcile-labels", help="keep the label plan's node labels on every node of its classes (in-cluster)",
@@ -177,10 +178,15 @@ def _discover(args: argparse.Namespace) -> int:
     from cluster import discover, snapshot
     from policy.load import load_policy
 
+    if args.out is not None and not args.out.strip():
+        print("gpupolicy cluster discover: -o needs a file name (or - for standard output)", file=sys.stderr)
+        return ExitCode.BAD_INPUT
     seen = _recorded(args) if args.from_files else snapshot.read_snapshot(_access(args), scope="discover")
     if seen is None:
         return ExitCode.BAD_INPUT
     name = args.name or (discover.dns_label(seen.context) if not args.from_files else "") or "discovered"
+    if args.out == "-":  # as everywhere in this command line, - is the standard stream
+        args.out = None
     target = Path(args.out) if args.out else _stdout_file()
     text = discover.render_draft(discover.discover(seen, name=name), schema=args.schema or _schema_beside(target))
     if args.out:

@@ -227,6 +227,17 @@ def test_a_draft_that_cannot_be_written_is_bad_input(tmp_path: Path, gpupolicy) 
     assert result.code == 2 and "cannot write" in result.err and "Traceback" not in result.err
 
 
+def test_dash_is_standard_output_and_an_empty_name_is_a_usage_error(tmp_path: Path, gpupolicy,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    source = NODES / "nvidia-docs-h100-mig-mixed-all-balanced.yaml"
+    result = gpupolicy("cluster", "discover", "--from-file", source, "-o", "-")
+    assert result.code == 0 and result.out.startswith("# Drafted by `gpupolicy cluster discover`")
+    assert list(tmp_path.iterdir()) == []  # no file named "-"
+    empty = gpupolicy("cluster", "discover", "--from-file", source, "-o", "")
+    assert empty.code == 2 and "-o needs a file name" in empty.err and empty.out == ""
+
+
 # --- verify --from-file, and taints ---------------------------------------------------------------------------
 
 
