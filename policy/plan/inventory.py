@@ -184,6 +184,10 @@ def parse_yaml(text: str, *, filename: str) -> tuple[tuple[Entry, ...], tuple[Di
             continue
         base: Path = ("workloads",) if isinstance(doc.data, dict) else ()
         entries += [Entry(w, doc.source.span((*base, i))) for i, w in enumerate(parsed.workloads)]
+    if not entries and not found:  # an empty file, or one whose workloads list is empty, plans nothing: say so
+        found.append(Diagnostic("empty-inventory", f"{filename} holds no workloads", ("workloads",),
+                                "list them under workloads: (name, namespace, replicas, memory, smActivity)",
+                                span=Span(filename, 1, 1)))
     return tuple(entries), tuple(found)
 
 

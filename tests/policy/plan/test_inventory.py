@@ -81,3 +81,10 @@ def test_pod_names_map_to_their_controllers() -> None:
     assert inventory.pod_owner("web-0") == "web"
     assert inventory.pod_owner("train-28474620-z9k2m") == "train"
     assert inventory.pod_owner("api-v2-5c6d7f8b9-abcde", ["api", "api-v2"]) == "api-v2"
+
+
+def test_an_empty_yaml_inventory_is_an_error_not_an_empty_plan() -> None:
+    for text in ("", "# nothing yet\n", "---\n"):
+        entries, found = inventory.parse_yaml(text, filename="inv.yaml")
+        assert entries == () and [d.code for d in found] == ["empty-inventory"], text
+        assert found[0].severity == "error" and found[0].hint
