@@ -337,6 +337,18 @@ def _size(shape: Shape) -> int:
     return shape.item.size if shape.kind == "optional" and shape.item else shape.size
 
 
+#: Estimates of literal lists and maps (no identifier anywhere inside), which do not depend on the scope: the same
+#: parsed node (parse() is cached) recurs in every policy path and context that repeats an expression, and at a
+#: thousand classes the literals are most of the work. Keyed by identity, holding the node so the id stays its own.
+_LITERALS: dict[int, tuple[Node, Estimate]] = {}
+_LITERALS_MAX = 200_000
+
+
+def _literal(node: Node) -> Estimate | None:
+    found = _LITERALS.get(id(node))
+    return found[1] if found is not None and found[0] is node else None
+
+
 def _estimate(node: Node, scope: dict[str, Shape]) -> Estimate:
     if node.kind == "const":
         return Estimate(0, shape_of(node.value))
@@ -350,13 +362,22 @@ def _estimate(node: Node, scope: dict[str, Shape]) -> Estimate:
         found = target.shape.member(node.name, node.optional)
         return Estimate(target.cost + 1, Shape("optional", item=found) if node.optional else found)
     if node.kind in ("list", "map"):
+        known = _literal(node)
+        if known is not None:
+            return known
         parts = [_estimate(a, scope) for a in node.args]
         cost = sum(p.cost for p in parts) + (LIST_COST if node.kind == "list" else MAP_COST)
         if node.kind == "list":
-            return Estimate(cost, Shape("list", len(parts), _union_all([p.shape for p in parts]) if parts else None))
-        keys, values = parts[::2], parts[1::2]
-        return Estimate(cost, Shape("map", len(keys), _union_all([v.shape for v in values]) if values else None,
-                                    _union_all([k.shape for k in keys]) if keys else None))
+            found = Estimate(cost, Shape("list", len(parts), _union_all([p.shape for p in parts]) if parts else None))
+        else:
+            keys, values = parts[::2], parts[1::2]
+            found = Estimate(cost, Shape("map", len(keys), _union_all([v.shape for v in values]) if values else None,
+                                         _union_all([k.shape for k in keys]) if keys else None))
+        if all(a.kind == "const" or _literal(a) is not None for a in node.args):
+            if len(_LITERALS) >= _LITERALS_MAX:
+                _LITERALS.clear()
+            _LITERALS[id(node)] = (node, found)
+        return found
     if node.kind == "macro":
         return _macro(node, scope)
     return _call(node, scope)
