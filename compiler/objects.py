@@ -8,7 +8,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from policy import selectors
-from policy.labels import GPU_DEPLOY_PREFIX, MIG_CONFIG_STATE, MIG_STATE_SUCCESS, PAUSED_FOR_MIG_CHANGE
+from policy.labels import (
+    GPU_DEPLOY_PREFIX,
+    MIG_CONFIG_STATE,
+    MIG_STATE_FAILED,
+    MIG_STATE_SUCCESS,
+    PAUSED_FOR_MIG_CHANGE,
+)
 from policy.model import ClusterGPUPolicy, Taint, Toleration
 from policy.resolve import ResolvedClass
 from policy.workloads import Toleration as PodToleration
@@ -198,8 +204,12 @@ MIG_CLIENT_APPS = {"device-plugin": "nvidia-device-plugin-daemonset",
 def mig_client(component: str) -> tuple[Obj, dict[str, str]]:
     """(node affinity, pod template labels) of a GPU client DaemonSet on a node the tree's MIG manager serves.
 
-    The pod runs only where nvidia.com/mig.config.state is success (the layout is applied: no client ever sees
-    the unpartitioned GPU of a node that just joined), and leaves while nvidia.com/gpu.deploy.<component> is
+    The pod runs only where nvidia.com/mig.config.state is success or failed, i.e. once the MIG manager has run
+    on the node (no client sees the unpartitioned GPU of a node that just joined). After a failed run the clients
+    come back, as NVIDIA's own flow brings them back by restoring the deploy labels (mig-parted@v0.12.1
+    deployments/container/reconfigure-mig.sh:208-220): the MIG manager acts only when the label changes, so
+    requiring success would keep a node with no GPU client after one transient error. The pod leaves while
+    nvidia.com/gpu.deploy.<component> is
     paused-for-mig-change or false, the MIG manager's pause (mig.md §5); NotIn also matches a node without the
     label, so nothing has to pre-set it. The DaemonSet controller removes a pod whose node stops matching, and
     the pod label lets the MIG manager see it go. One helper for every client: device plugin, MPS daemon, GFD.
@@ -208,7 +218,7 @@ def mig_client(component: str) -> tuple[Obj, dict[str, str]]:
         "matchExpressions": [
             {"key": f"{GPU_DEPLOY_PREFIX}{component}", "operator": "NotIn",
              "values": [PAUSED_FOR_MIG_CHANGE, "false"]},
-            {"key": MIG_CONFIG_STATE, "operator": "In", "values": [MIG_STATE_SUCCESS]},
+            {"key": MIG_CONFIG_STATE, "operator": "In", "values": [MIG_STATE_SUCCESS, MIG_STATE_FAILED]},
         ]}]}}}
     app = MIG_CLIENT_APPS.get(component)
     return affinity, ({"app": app} if app else {})

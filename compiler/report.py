@@ -346,8 +346,8 @@ def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
         if any(rc.mig_manager for rc in resolved.classes):
             notes.append(
                 "NVIDIA's MIG manager runs on every MIG-capable class's nodes (mig-manager/) with the mig-parted "
-                "config in mig/; the class's device plugin, GFD and MPS daemon run there only once "
-                "nvidia.com/mig.config.state is success, and step aside while the MIG manager repartitions. It "
+                "config in mig/; the class's device plugin, GFD and MPS daemon run there only once it has run "
+                "(nvidia.com/mig.config.state success or failed), and step aside while it repartitions. It "
                 "never drains workloads: docs/operations.md (MIG reconfiguration) says when to drain."
             )
         if plugin.labels_nodes:

@@ -34,6 +34,8 @@ PAUSED_FOR_MIG_CHANGE = "paused-for-mig-change"
 DEVICE_PLUGIN_DEPLOY = f"{GPU_DEPLOY_PREFIX}device-plugin"
 #: nvidia.com/mig.config.state once the MIG manager applied (or found applied) the selected config.
 MIG_STATE_SUCCESS = "success"
+#: ... once it gave up on the config; it then restores the paused clients too (reconfigure-mig.sh on failure).
+MIG_STATE_FAILED = "failed"
 #: Driver version labels of GFD: the plugin-repo GFD (v0.15+) writes the full string, every GFD the parts.
 DRIVER_VERSION_FULL = "nvidia.com/cuda.driver-version.full"
 DRIVER_VERSION_PARTS = ("nvidia.com/cuda.driver.major", "nvidia.com/cuda.driver.minor", "nvidia.com/cuda.driver.rev")

@@ -108,7 +108,7 @@ def test_every_gpu_client_on_a_mig_managed_class_steps_aside_and_is_waited_for(n
             assert len(terms) == 1, path
             expressions = {e["key"]: e for e in terms[0]["matchExpressions"]}
             assert expressions["nvidia.com/mig.config.state"] == {
-                "key": "nvidia.com/mig.config.state", "operator": "In", "values": ["success"]}, path
+                "key": "nvidia.com/mig.config.state", "operator": "In", "values": ["success", "failed"]}, path
             paused = [k.removeprefix("nvidia.com/gpu.deploy.") for k, e in expressions.items()
                       if k.startswith("nvidia.com/gpu.deploy.") and e["operator"] == "NotIn"
                       and sorted(e["values"]) == ["false", PAUSED]]
