@@ -19,8 +19,8 @@ from typing import Any
 from cluster import facts
 from cluster.resources import Node
 from policy import catalog, mig
+from policy.releases import MIG_PREFIX
 
-MIG_PREFIX = "nvidia.com/mig-"
 _SHARED_RESOURCE = "nvidia.com/gpu.shared"
 _UNSETTLED = ("pending", "rebooting", "failed")
 

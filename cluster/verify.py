@@ -21,6 +21,7 @@ from policy import catalog, cloud_vgpu, drivers, hami, labels, offers, selectors
 from policy.engine import Engine
 from policy.model import ClusterGPUPolicy
 from policy.node_labels import FIELD_MANAGER, LabelPlan, build_plan
+from policy.releases import GPU, MIG_PREFIX
 from policy.resolve import Offer, ResolvedClass, resolve
 from policy.rules import ClassView, placement_conflict
 from policy.workloads import find_workload, read_gpu_request, read_placement
@@ -78,8 +79,7 @@ FindingCode = Literal[
 # Rules whose denial means the scheduler can never place the pod (the others deny for kubelet or tenant reasons).
 _UNSCHEDULABLE_RULES = frozenset({"gpu-request-unsatisfiable", "mig-strategy-mismatch", "vgpu-memory-unsatisfiable",
                                   "vgpu-count-above-gpus", "hami-annotation-invalid"})
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-_PLUGIN_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", MIG_RESOURCE_PREFIX)
+_PLUGIN_RESOURCES = (GPU, f"{GPU}.shared", MIG_PREFIX)
 _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 #: The MIG manager waits up to 5 minutes for each group of GPU clients to leave before it applies a layout, and a
 #: wait that times out leaves the node pending for good (mig-parted pkg/mig/reconfigure; operator-migmanager notes
@@ -524,7 +524,7 @@ def _gfd_labels(resolved: ResolvedClass, node: Node, at: Mapping[str, str]) -> I
         # Per-profile MIG labels exist only once the layout is applied (mig-config-not-applied says when it is
         # not), and an old GFD named some differently from the resource (fixtures: mig-3g.21gb labels for
         # nvidia.com/mig-3g.20gb): only labels that exist are compared.
-        present_only = key.startswith(MIG_RESOURCE_PREFIX)
+        present_only = key.startswith(MIG_PREFIX)
         if key.endswith(".product") and (key in node.labels or not present_only):
             yield from _product(resolved, node, key, want, at)
         elif not key.endswith(".product"):
