@@ -172,3 +172,18 @@ def test_a_vgpu_class_split_from_its_feature_discovery_by_namespace_is_refused()
     assert not any(d.code == "mig-clients-namespace-split"
                    for d in load_policy(text.replace("gpuFeatureDiscovery: true", "gpuFeatureDiscovery: false"),
                                         filename="no-gfd.yaml").diagnostics)
+
+
+@pytest.mark.parametrize("name", sorted(TREES))
+def test_the_documented_retry_command_selects_exactly_the_nodes_mig_manager_pods(name: str) -> None:
+    # docs/operations.md (and the runbook) retry a failed run by deleting the node's MIG manager pod by label.
+    text = (Path(__file__).parents[2] / "docs" / "operations.md").read_text(encoding="utf-8")
+    command = text[text.index("kubectl delete pod -n <plugin namespace>"):].split("`")[0]
+    key, _, value = command.split(" -l ")[1].split()[0].partition("=")
+    assert "--field-selector spec.nodeName=<node>" in " ".join(command.split())
+    for path, obj in docs(TREES[name]):
+        if obj.get("kind") != "DaemonSet":
+            continue
+        labels = obj["spec"]["template"]["metadata"]["labels"]
+        is_manager = obj in mig_managers(TREES[name])
+        assert (labels.get(key) == value) == is_manager, path
