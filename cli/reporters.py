@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cli.main import ExitCode
-from policy.diagnostics import Diagnostic, bounded, format_path, quotable
+from policy.diagnostics import Diagnostic, bounded, format_path
 
 if TYPE_CHECKING:
     from policy.resolve import ResolvedPolicy
@@ -66,7 +66,7 @@ def as_dict(d: Diagnostic) -> dict[str, object]:
         "file": d.span.file if d.span else None,
         "line": d.span.line if d.span else None,
         "column": d.span.column if d.span else None,
-        "fix": quotable(d.fix.to_dict()) if d.fix is not None else None,
+        "fix": d.fix.quoted if d.fix is not None else None,
     }
 
 

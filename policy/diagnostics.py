@@ -120,6 +120,10 @@ class Remedy(Protocol):
 
     def to_dict(self) -> dict[str, Any]: ...
 
+    @property
+    def quoted(self) -> dict[str, Any] | None:
+        """to_dict() when every string in it survives quoting whole (quotable), else None."""
+
     def under(self, prefix: Path) -> Remedy: ...
 
 
@@ -167,6 +171,8 @@ _LONG_TOKEN = re.compile(rf"\S{{{MAX_QUOTED_CHARS + 1},}}")
 def bounded(text: str) -> str:
     """A finding's text with every overlong run of non-blank characters (a value quoted from the input: no
     Kubernetes name or label is longer than 316 characters) shortened, and the whole capped."""
+    if len(text) <= MAX_QUOTED_CHARS:
+        return text  # no run in it is overlong, and it is far under the cap
     return shorten(_LONG_TOKEN.sub(lambda m: shorten(m.group()), text), MAX_LINE_CHARS)
 
 

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
@@ -46,6 +47,15 @@ MAX_WARNING_CHARS = 120  # the API server's advice for response.warnings (webhoo
 MAX_MESSAGE_CHARS = 16_000  # a denial's status.message: every finding of an honest pod fits many times over
 DEFAULT_WHO = "namespaces outside every tenant"
 _FITTING_CACHE_SIZE = 4096  # distinct request totals remembered per engine
+#: Verdicts remembered per engine, keyed by the object less its instance fields: the pods of one template, and
+#: a controller's retries of a denied pod, are judged once (docs/performance.md). At most 256 x 16 KiB of keys.
+MEMO_SIZE = 256
+_MEMO_MAX_KEY_BYTES = 16 * 1024
+_KEY_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
+_UNJUDGED: Any = object()  # a memo miss (None is a verdict: no GPU request)
+#: metadata fields that tell one object of a template from the next; the rules read none of them.
+INSTANCE_FIELDS = frozenset({"name", "generateName", "uid", "resourceVersion", "creationTimestamp", "generation",
+                             "managedFields"})
 #: A notice, not a rule: objects that ask for GPUs where gpupolicy cannot read the pod spec (custom resources).
 NOT_CHECKED = "workload-not-checked"
 
@@ -118,7 +128,9 @@ class _Tenant:
 class Engine:
     """Evaluates objects against one admission policy; build it once per policy, call ``evaluate`` often."""
 
-    def __init__(self, policy: AdmissionPolicy) -> None:
+    def __init__(self, policy: AdmissionPolicy, *, memo_size: int = MEMO_SIZE) -> None:
+        """``memo_size``: how many verdicts to remember (0: judge every object afresh, as the benchmarks do to
+        time the rules themselves)."""
         self.policy = policy
         self._classes = tuple(ClassView.from_doc(c) for c in policy.classes)
         self._no_conflicts: tuple[Conflict | None, ...] = (None,) * len(self._classes)
@@ -145,6 +157,8 @@ class Engine:
         self._fitting: dict[tuple[tuple[str, int], ...], tuple[tuple[int, ...], tuple[ClassView, ...]]] = {}
         self._lacks: dict[str, frozenset[int]] = {}
         self._hami = HamiAdmission.build(policy)  # vGPU pods see only the vgpu classes (policy.hami_rules)
+        self._memo: dict[tuple[tuple[str, ...], bytes], tuple[bool, tuple[Diagnostic, ...]] | None] = {}
+        self._memo_size = memo_size
 
     @property
     def classes(self) -> tuple[ClassView, ...]:
@@ -176,16 +190,39 @@ class Engine:
         workload = find_workload(obj)
         if workload is None:
             return _unchecked(obj)
+        if operation == "UPDATE":
+            request = read_gpu_request(workload)
+            if request.empty:
+                return ALLOWED
+            if self._unchanged(workload, request, old_obj):
+                return Decision(True, (), workload.subject)
+        names = _tenant_names(tenants)
+        template = without_instance_fields(obj)
+        key = _memo_key(template, names) if self._memo_size else None
+        judged = self._memo.get(key, _UNJUDGED) if key is not None else _UNJUDGED
+        if judged is _UNJUDGED:
+            judged = self._judge(template, workload, names)
+            if key is not None:
+                if len(self._memo) >= self._memo_size:
+                    self._memo.clear()  # bounded like the caches above; refilled by the next reviews
+                self._memo[key] = judged
+        if judged is None:
+            return ALLOWED  # no GPU request
+        allowed, diagnostics = judged
+        return Decision(allowed, diagnostics, workload.subject)
+
+    def _judge(self, template: Mapping[str, Any], workload: Workload,
+               tenants: tuple[str, ...]) -> tuple[bool, tuple[Diagnostic, ...]] | None:
+        """The verdict and findings (each with its checked fix) on an object without its instance fields; None
+        when it asks for no GPU."""
         request = read_gpu_request(workload)
         if request.empty:
-            return ALLOWED
-        if operation == "UPDATE" and self._unchanged(workload, request, old_obj):
-            return Decision(True, (), workload.subject)
-        found = self._assess(obj, workload, request, _tenant_names(tenants))
+            return None
+        found = self._assess(template, workload, request, tenants)
         if not found.findings:
-            return Decision(True, (), workload.subject)
+            return True, ()
         diagnostics = remedies.remedy(found, self._context, self._reassess)
-        return Decision(not any(d.severity == "error" for d in diagnostics), diagnostics, workload.subject)
+        return not any(d.severity == "error" for d in diagnostics), diagnostics
 
     def _reassess(self, obj: Mapping[str, Any], tenants: tuple[str, ...],
                   request: GpuRequest | None = None) -> remedies.Assessment | None:
@@ -312,6 +349,33 @@ class Engine:
         if old is None or old.spec_path != new.spec_path:
             return False
         return read_gpu_request(old) == request and placement_fields(old) == placement_fields(new)
+
+
+def without_instance_fields(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The object less the metadata that makes one object of a template differ from the next (its name, uid,
+    resourceVersion, timestamps, managedFields): what the rules judge. A controller's pods differ only there,
+    so they share one verdict (the engine's memo); messages name the object from its own metadata."""
+    metadata = obj.get("metadata")
+    if type(metadata) is not dict or not INSTANCE_FIELDS.intersection(metadata):
+        return obj
+    return {**obj, "metadata": {k: v for k, v in metadata.items() if k not in INSTANCE_FIELDS}}
+
+
+def _memo_key(template: Mapping[str, Any], tenants: tuple[str, ...]) -> tuple[tuple[str, ...], bytes] | None:
+    """The memo's key: the tenants and the object's exact JSON, or None where that JSON would not tell the object
+    from another (below) or it is too large to be worth keeping.
+
+    Objects are as json.loads or yaml.safe_load build them. JSON cannot write a date or a str subclass (YAML can
+    build the first): those raise here and are judged unremembered. orjson writes NaN and ±Infinity as null,
+    which a null also is: a key with a null in it is kept only when it reads back as the object.
+    """
+    try:
+        data = orjson.dumps(template, option=_KEY_OPTIONS)
+    except orjson.JSONEncodeError:
+        return None
+    if len(data) > _MEMO_MAX_KEY_BYTES or (b"null" in data and orjson.loads(data) != template):
+        return None
+    return tenants, data
 
 
 def _with_implied_tolerations(placement: Placement, request: GpuRequest) -> Placement:

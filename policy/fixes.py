@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from policy.diagnostics import Path, value_at
+from policy.diagnostics import Path, quotable, value_at
 from policy.workloads import NodeTaint
 
 PatchOp = dict[str, Any]
@@ -376,6 +376,12 @@ class Fix:
         if self.alternatives:
             out["alternatives"] = [a.to_dict() for a in self.alternatives]
         return out
+
+    @functools.cached_property
+    def quoted(self) -> dict[str, Any] | None:
+        """``to_dict()`` where every string in it survives `bounded` whole, else None (diagnostics.quotable): what
+        answers and reports carry. Kept, as a memoised verdict answers with the same fix many times."""
+        return quotable(self.to_dict())
 
 
 def _instead(fix: Fix, other: Fix) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Literal, NotRequired, Protocol, TypedDict, cast, get_arg
 
 import orjson
 
-from policy.diagnostics import bounded, format_path, quotable
+from policy.diagnostics import bounded, format_path
 
 __all__ = [
     "API_VERSIONS",
@@ -388,7 +388,8 @@ def _type(value: object) -> str:
 
 
 class RemedyLike(Protocol):
-    def to_dict(self) -> Mapping[str, Any]: ...
+    @property
+    def quoted(self) -> Mapping[str, Any] | None: ...
 
 
 class DiagnosticLike(Protocol):
@@ -494,10 +495,17 @@ def _causes(decision: DecisionLike) -> tuple[StatusCause, ...]:
             continue
         where = bounded(format_path(d.path))  # both quote the object: a name may be a megabyte
         out.append(StatusCause(reason=d.code, message=bounded(d.message), field=where))
-        if d.fix is not None and (data := quotable(d.fix.to_dict())) is not None:
-            text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-            out.append(StatusCause(reason=FIX_CAUSE, message=text, field=where))
+        if d.fix is not None and (data := d.fix.quoted) is not None:
+            out.append(StatusCause(reason=FIX_CAUSE, message=_compact(data), field=where))
     return tuple(out)
+
+
+def _compact(data: Any) -> str:
+    """JSON text, compact with sorted keys; orjson, unless a value is beyond it (an integer past 64 bits)."""
+    try:
+        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
 def internal_error(review: Review, incident: str) -> Verdict:

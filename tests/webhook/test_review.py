@@ -244,7 +244,8 @@ def test_a_denial_is_a_403_forbidden_with_the_engine_message_and_every_rule_that
 def test_each_denying_finding_is_a_status_cause_followed_by_its_fix_as_json() -> None:
     @dataclass(frozen=True)
     class Remedy:
-        def to_dict(self) -> dict[str, Any]:
+        @property
+        def quoted(self) -> dict[str, Any]:
             return {"edits": [], "jsonPatch": [{"op": "add", "path": "/spec/nodeSelector", "value": {"a": "b"}}]}
 
     decision = FakeDecision(allowed=False, diagnostics=(
@@ -259,6 +260,18 @@ def test_each_denying_finding_is_a_status_cause_followed_by_its_fix_as_json() ->
         {"reason": review.FIX_CAUSE, "field": where,
          "message": '{"edits":[],"jsonPatch":[{"op":"add","path":"/spec/nodeSelector","value":{"a":"b"}}]}'},
     ]}
+
+
+def test_a_fix_holding_what_orjson_cannot_write_is_still_answered_as_json() -> None:
+    @dataclass(frozen=True)
+    class Remedy:
+        @property
+        def quoted(self) -> dict[str, Any]:
+            return {"z": 2**70, "a": "é"}
+
+    decision = FakeDecision(allowed=False, diagnostics=(FakeDiagnostic("gpu-request-invalid", fix=Remedy()),))
+    verdict = review.decide(parse(admission_review(workload("Pod"))), ScriptedEngine(decision))
+    assert json.loads(verdict.causes[1]["message"]) == {"a": "é", "z": 2**70}
 
 
 def test_a_denial_without_an_engine_message_still_names_the_object_and_rules() -> None:
