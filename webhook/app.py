@@ -5,8 +5,11 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from typing import Any
 
+import orjson
 from flask import Flask, Response, current_app, g, jsonify, request
+from flask.json.provider import DefaultJSONProvider
 from prometheus_client import CollectorRegistry
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
@@ -45,13 +48,29 @@ def create_app(
     app = Flask("gpupolicy.webhook")
     # Werkzeug refuses a larger body with 413 before reading it (Request.max_content_length).
     app.config["MAX_CONTENT_LENGTH"] = settings.max_content_length
-    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.json = AnswerJSON(app)
     app.extensions[EXTENSION] = webhook
     app.register_blueprint(routes.blueprint)
     app.register_error_handler(HTTPException, _on_http_error)
     app.register_error_handler(review.MalformedReview, _on_malformed_review)
     app.register_error_handler(Exception, _on_unexpected_error)
     return app
+
+
+class AnswerJSON(DefaultJSONProvider):
+    """jsonify through orjson: the answers are dicts of strings, numbers and lists, which orjson writes as Flask's
+    json.dumps does, compact and in insertion order, but UTF-8 unescaped and several times faster. Anything
+    orjson does not write (an integer past 64 bits, a non-string key) goes through Flask's own encoder."""
+
+    sort_keys = False  # an AdmissionReview's answer reads in the order the API types declare
+
+    def response(self, *args: Any, **kwargs: Any) -> Response:
+        obj = self._prepare_response_obj(args, kwargs)
+        try:
+            body = orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
+        except orjson.JSONEncodeError:
+            return super().response(obj)
+        return self._app.response_class(body, mimetype=self.mimetype)
 
 
 def _store_from(settings: Settings) -> webhook_store.PolicyStore:

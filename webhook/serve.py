@@ -90,7 +90,8 @@ def configure_logging(level: str) -> None:
 class LineFormatter(logging.Formatter):
     """logging.Formatter's lines, byte for byte, with the date and time of day formatted once a second.
 
-    The webhook logs a line per review; time.strftime was a fifth of that line's cost (docs/performance.md).
+    The webhook logs a line per denied, warned or audited review; time.strftime was a fifth of that line's cost
+    (docs/performance.md).
     A record's time of day changes only when its whole second does, so the text is reused until then.
     """
 

@@ -62,14 +62,21 @@ class Webhook:
     def record(self, rv: review.Review, verdict: review.Verdict, seconds: float, *, tenant: str | None,
                generation: int | None) -> None:
         self.metrics.observe(rv, verdict, seconds)
-        fired = ",".join(rule for rule, _ in verdict.rules if rule != review.NO_RULE) or "-"
+        fired = ",".join(rule for rule, _ in verdict.rules if rule != review.NO_RULE)
+        # A review that a rule denied, warned or audited is logged; one admitted with nothing to say (most of
+        # them) only at debug level (Gatekeeper, too, logs denials only): the metrics count it, and a line per pod
+        # created was a seventh of a review's cost (docs/performance.md).
+        level = logging.INFO if fired or not verdict.allowed else logging.DEBUG
+        if not log.isEnabledFor(level):
+            return
         outcome = "allow" if verdict.allowed else "deny"
         # Names and verdicts only: object contents (env values, args) may hold secrets.
-        log.info(
+        log.log(
+            level,
             "admission uid=%s kind=%s object=%s operation=%s dryRun=%s tenant=%s verdict=%s code=%s "
             "rules=%s%s generation=%s latency_ms=%.2f",
             loggable(rv.uid), loggable(rv.kind["kind"]), loggable(rv.object_key), rv.operation,
-            str(rv.dry_run).lower(), tenant or "-", outcome, verdict.code, fired,
+            str(rv.dry_run).lower(), tenant or "-", outcome, verdict.code, fired or "-",
             f" skipped={loggable(verdict.skipped)}" if verdict.skipped else "",
             generation if generation is not None else "-", seconds * 1000,
         )

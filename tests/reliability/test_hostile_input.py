@@ -256,7 +256,7 @@ def test_request_fields_are_logged_as_bounded_escaped_tokens_so_a_client_cannot_
     client: FlaskClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     forged = "u1\nadmission uid=forged verdict=allow rules=none"
-    with caplog.at_level("INFO", logger="gpupolicy"):
+    with caplog.at_level("DEBUG", logger="gpupolicy"):
         for document in (review_with(uid=forged, name="pod verdict=allow"), review_with(uid="u" * 2**20)):
             assert client.post("/validate", data=encode(document), content_type=JSON).status_code == 200
     messages = [record.getMessage() for record in caplog.records]

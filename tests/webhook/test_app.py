@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from flask import Flask
+from flask import Flask, jsonify
 from flask.testing import FlaskClient
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
@@ -415,6 +415,27 @@ def test_each_review_is_logged_with_uid_object_verdict_and_rules_but_never_its_c
                            "tenant=- verdict=deny code=403 rules=shared-gpu-request-above-one generation=1 "
                            "latency_ms=")
     assert "hf_SECRETSECRET" not in info_logs.text
+
+
+def test_a_review_admitted_with_nothing_to_say_is_logged_at_debug_level_and_one_a_rule_fired_on_at_info(
+    client: FlaskClient, engine: ScriptedEngine, info_logs: pytest.LogCaptureFixture
+) -> None:
+    audited = FakeDecision(allowed=True, diagnostics=(FakeDiagnostic("tenant-sharing-mode-denied", "info"),))
+    warned = FakeDecision(allowed=True, diagnostics=(FakeDiagnostic("shared-gpu-request-above-one", "warning"),))
+    for uid, decision in (("u-plain", FakeDecision()), ("u-audit", audited), ("u-warn", warned), ("u-deny", DENIAL)):
+        engine.decision = decision
+        post(client, admission_review(workload("Pod", container(gpus=1)), uid=uid))
+    post(client, admission_review(workload("Pod", container(gpus=1)), uid="u-delete", operation="DELETE"))
+    levels = {r.getMessage().split()[1]: r.levelname for r in info_logs.records
+              if r.getMessage().startswith("admission uid=")}
+    assert levels == {"uid=u-plain": "DEBUG", "uid=u-audit": "INFO", "uid=u-warn": "INFO", "uid=u-deny": "INFO",
+                      "uid=u-delete": "DEBUG"}
+
+
+def test_answers_are_written_as_flask_writes_them_and_what_orjson_cannot_write_still_is(client: FlaskClient) -> None:
+    with client.application.app_context():
+        assert jsonify({"b": 1, "a": ["é", None]}).get_data() == b'{"b":1,"a":["\xc3\xa9",null]}\n'
+        assert json.loads(jsonify({"n": 2**70, 1: "x"}).get_data()) == {"n": 2**70, "1": "x"}
 
 
 # --- settings --------------------------------------------------------------------------------------------
