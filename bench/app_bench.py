@@ -6,7 +6,7 @@
 
 webhook_bench.py measures the servers as shipped, TLS and event loop included; on a shared machine its
 figures move with the load. This takes the network out: each application (the webhook as `gpupolicy webhook
-serve` builds it: the compiled mixed-fleet policy, Prometheus multiprocess metrics, one log line per review,
+serve` builds it: the compiled mixed-fleet policy, Prometheus multiprocess metrics, a log line per denied review,
 here to a file; the no-op Flask floor; the raw WSGI floor, bench/noop_app.py) is called the way the event-loop
 worker calls it (webhook/connection.py: `wsgi.environ`, `wsgi.call`, `wsgi.response_head`) on the four
 bench/reviews.py bodies, round after round, in one process.
@@ -72,7 +72,7 @@ def build(app: str, work: Path) -> Callable[..., Any]:
     return create_app(Settings(policy_file=policy, metrics_dir=Path(os.environ["PROMETHEUS_MULTIPROC_DIR"])))
 
 
-def ablate(app: str, step: str, wsgi_app: Any) -> None:
+def ablate(app: str, step: str, wsgi_app: Any, templates: int) -> None:
     """Replace one step of the webhook (or the floor's JSON parse) by its result, computed beforehand."""
     import noop_app
     import reviews
@@ -80,7 +80,7 @@ def ablate(app: str, step: str, wsgi_app: Any) -> None:
     from webhook import metrics as webhook_metrics
     from webhook import review, state
 
-    bodies = {b.data: b for b in reviews.bodies()}
+    bodies = {b.data: b for b in reviews.bodies(templates)}
     if app != "real":
         if step != "json":
             raise SystemExit(f"the floors have no step {step}")
@@ -114,14 +114,14 @@ def ablate(app: str, step: str, wsgi_app: Any) -> None:
         raise SystemExit(f"unknown step {step}")
 
 
-def requests() -> list[tuple[Any, bytes, bytes]]:
-    """The four bodies as complete requests, with the headers the API server sends."""
+def requests(templates: int) -> list[tuple[Any, bytes, bytes]]:
+    """The bodies (bench/reviews.py) as complete requests, with the headers the API server sends."""
     import reviews
 
     from webhook import wsgi
 
     out = []
-    for body in reviews.bodies():
+    for body in reviews.bodies(templates):
         path, _, query = body.path.partition("?")
         headers = [(b"Host", b"gpupolicy-webhook.gpupolicy-system.svc"), (b"User-Agent", b"kube-apiserver-admission"),
                    (b"Accept", b"application/json, */*"), (b"Content-Type", b"application/json"),
@@ -131,45 +131,45 @@ def requests() -> list[tuple[Any, bytes, bytes]]:
     return out
 
 
-def loop(wsgi_app: Any) -> Callable[[int], None]:
-    """rounds -> that many rounds over the four requests, each answered as connection.py answers it."""
+def loop(wsgi_app: Any, templates: int) -> Callable[[int], None]:
+    """count -> that many requests, the bodies in turn, each answered as connection.py answers it."""
     from webhook import wsgi
 
     endpoint = wsgi.Endpoint("127.0.0.1", 40000, "127.0.0.1", 8443)
-    prepared = requests()
+    prepared = requests(templates)
     for request, path, query in prepared:
         status, _, body = wsgi.call(wsgi_app, wsgi.environ(request, path, query, endpoint))
         if not status.startswith("200"):
             raise SystemExit(f"{status}: {body[:300]!r}")
 
-    def run(rounds: int) -> None:
-        for _ in range(rounds):
-            for request, path, query in prepared:
-                status, headers, body = wsgi.call(wsgi_app, wsgi.environ(request, path, query, endpoint))
-                wsgi.response_head(status, headers, len(body), close=False)
+    def run(count: int) -> None:
+        for i in range(count):
+            request, path, query = prepared[i % len(prepared)]
+            status, headers, body = wsgi.call(wsgi_app, wsgi.environ(request, path, query, endpoint))
+            wsgi.response_head(status, headers, len(body), close=False)
 
     return run
 
 
-def child(app: str, step: str | None, rounds: int, repeats: int) -> list[float]:
-    """In a fresh process: CPU µs per review of each repeat (or, with repeats 0, just the rounds)."""
+def child(app: str, step: str | None, reviews: int, repeats: int, templates: int) -> list[float]:
+    """In a fresh process: CPU µs per review of each repeat (or, with repeats 0, just the reviews)."""
     work = Path(tempfile.mkdtemp(prefix="gpupolicy-app-bench-"))
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(work)
     try:
         wsgi_app = build(app, work)
         if step:
-            ablate(app, step, wsgi_app)
-        run = loop(wsgi_app)
-        run(50)  # warm: first-use costs paid, the specialising interpreter settled
+            ablate(app, step, wsgi_app, templates)
+        run = loop(wsgi_app, templates)
+        run(200)  # warm: first-use costs paid, the specialising interpreter settled
         if not repeats:
-            run(rounds)
+            run(reviews)
             return []
         out = []
         for _ in range(repeats):
             gc.collect()
             start = time.process_time()
-            run(rounds)
-            out.append((time.process_time() - start) / (rounds * 4) * 1e6)
+            run(reviews)
+            out.append((time.process_time() - start) / reviews * 1e6)
         return out
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -183,36 +183,39 @@ def spawn(args: list[str], *, prefix: list[str] = ()) -> str:  # type: ignore[as
     return proc.stdout
 
 
-def cpu(app: str, step: str | None, rounds: int, repeats: int) -> float:
+def cpu(app: str, step: str | None, reviews: int, repeats: int, templates: int) -> float:
     """Best CPU µs per review over the repeats, in a process of its own."""
-    out = spawn([app, step or "-", str(rounds), str(repeats)])
+    out = spawn([app, step or "-", str(reviews), str(repeats), str(templates)])
     return min(json.loads(out.strip().splitlines()[-1]))
 
 
-def instructions(app: str, step: str | None, reviews: int) -> float:
+def instructions(app: str, step: str | None, reviews: int, templates: int) -> float:
     """Instructions per review: callgrind's total with `reviews` reviews minus that with none."""
     totals = []
     with tempfile.TemporaryDirectory(prefix="gpupolicy-callgrind-") as tmp:
-        for rounds in (0, reviews // 4):
-            out = Path(tmp) / f"callgrind-{rounds}.out"
-            spawn([app, step or "-", str(rounds), "0"],
+        for count in (0, reviews):
+            out = Path(tmp) / f"callgrind-{count}.out"
+            spawn([app, step or "-", str(count), "0", str(templates)],
                   prefix=["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"])
             summary = next(line for line in out.read_text().splitlines() if line.startswith(("summary:", "totals:")))
             totals.append(int(summary.split()[1]))
-    return (totals[1] - totals[0]) / (reviews // 4 * 4)
+    return (totals[1] - totals[0]) / reviews
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--child":
-        app, step, rounds, repeats = argv[1:5]
-        print(json.dumps(child(app, None if step == "-" else step, int(rounds), int(repeats))))
+        app, step, reviews, repeats, templates = argv[1:6]
+        print(json.dumps(child(app, None if step == "-" else step, int(reviews), int(repeats), int(templates))))
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--instructions", action="store_true", help="count instructions with valgrind's callgrind")
     parser.add_argument("--reviews", type=int, default=4000, help="reviews per repeat (per run with --instructions)")
     parser.add_argument("--repeats", type=int, default=7, help="repeats per figure; the best is reported")
     parser.add_argument("--no-steps", action="store_true", help="the three applications only, no breakdown")
+    parser.add_argument("--templates", type=int, default=1,
+                        help="bodies per kind of review: 100 makes every review judged afresh, as pods of as many "
+                             "templates would be (default 1: replicas of four templates)")
     parser.add_argument("--quick", action="store_true", help="a few hundred reviews, one repeat (the smoke test)")
     args = parser.parse_args(argv)
     if args.quick:
@@ -228,8 +231,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def measure(app: str, step: str | None = None) -> float:
         if args.instructions:
-            return instructions(app, step, args.reviews)
-        return cpu(app, step, max(1, args.reviews // 4), args.repeats)
+            return instructions(app, step, args.reviews, args.templates)
+        return cpu(app, step, args.reviews, args.repeats, args.templates)
 
     figures = {app: measure(app) for app in APPS}
     fmt = (lambda x: f"{x / 1000:,.0f}k") if args.instructions else (lambda x: f"{x:,.1f}")

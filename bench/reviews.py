@@ -12,6 +12,7 @@ webhook entry (tenant) the API server would call.
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -240,8 +241,27 @@ def denied_pod() -> Body:
     return Body("denied-pod", "/validate/tenant/research?timeout=3s", review, False)
 
 
-def bodies() -> tuple[Body, ...]:
-    return (gpu_pod(), deployment(), cronjob(), denied_pod())
+def bodies(templates: int = 1) -> tuple[Body, ...]:
+    """The four bodies; with ``templates`` above 1, each in that many variants as pods of as many templates would
+    be: another image tag in the first container, another name and uid. No two share a remembered verdict, and the
+    engine remembers 256 (policy/engine.py), so replaying 4 x 100 of them in turn judges every review afresh."""
+    four = (gpu_pod(), deployment(), cronjob(), denied_pod())
+    return four if templates <= 1 else tuple(_variant(body, n) for n in range(templates) for body in four)
+
+
+def _variant(body: Body, n: int) -> Body:
+    from policy.workloads import find_workload
+
+    review = copy.deepcopy(body.review)
+    request = review["request"]
+    request["uid"] = f"{request['uid'][:-6]}{n:06d}"
+    obj = request["object"]
+    obj["metadata"]["name"] = request["name"] = f"{obj['metadata']['name']}-{n}"
+    workload = find_workload(obj)
+    assert workload is not None
+    container = workload.pod_spec["containers"][0]
+    container["image"] = f"{container['image']}-build{n}"
+    return Body(f"{body.name}-{n}", body.path, review, body.allowed)
 
 
 if __name__ == "__main__":  # print the sizes: python bench/reviews.py

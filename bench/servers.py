@@ -12,7 +12,7 @@ worker, 3 MiB bodies, 2 worker processes, TLS 1.2+ from webhook/tls.py where the
 SSLContext. What a server has no option for is left at its default, and docs/performance.md says so.
 
 --app picks what runs behind it: `real` (the webhook's Flask app, policy from GPUPOLICY_POLICY or
-GPUPOLICY_SPEC, one log line per review, multiprocess metrics), `noop` (the raw WSGI floor) or
+GPUPOLICY_SPEC, a log line per denied review, multiprocess metrics), `noop` (the raw WSGI floor) or
 `flask-noop` (the Flask floor), both from bench/noop_app.py. ASGI servers get them through a2wsgi.
 """
 

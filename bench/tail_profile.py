@@ -6,7 +6,7 @@
 
 A p99.9 is one request in a thousand, a few per second at 500 req/s: a sampling profile of the whole run
 averages it away. So this starts the webhook as shipped (serve.run, event-loop workers, TLS, the
-mixed-fleet policy, multiprocess metrics, one log line per review to a file) with one addition per worker:
+mixed-fleet policy, multiprocess metrics, a log line per denied review to a file) with one addition per worker:
 a heartbeat on the event loop every millisecond and a thread that notices when it is late by more than
 --threshold-ms. While the loop is stalled the thread samples the loop thread's Python stack every
 millisecond and reads that thread's CPU clock, so each stall is reported with how long it lasted, how much

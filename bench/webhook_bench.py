@@ -8,7 +8,7 @@
 What runs, on 127.0.0.1 only, in one go, each behind the same server (--server, bench/servers.py; default
 the shipped one: gunicorn with the event-loop worker, 2 processes, TLS through webhook/tls.py):
   real   the webhook exactly as shipped (`gpupolicy webhook serve` for the default server): the compiled
-         mixed-fleet admission policy, Prometheus multiprocess metrics, one log line per review (to a file
+         mixed-fleet admission policy, Prometheus multiprocess metrics, a log line per denied review (to a file
          here, to the container log in a pod);
   noop   bench/noop_app.py's raw WSGI app: parses the JSON body and allows it. The floor of the stack;
   flask  bench/noop_app.py's Flask app doing the same in a route: the floor of a Flask webhook, which the
@@ -146,11 +146,11 @@ def write_policy(directory: Path, example: str) -> Path:
     return path
 
 
-def write_bodies(directory: Path) -> Path:
+def write_bodies(directory: Path, templates: int = 1) -> Path:
     """The bodies as files plus index.txt (path, file), for bench/post.lua."""
     directory.mkdir()
     lines = []
-    for body in reviews.bodies():
+    for body in reviews.bodies(templates):
         (directory / f"{body.name}.json").write_bytes(body.data)
         lines.append(f"{body.path} {body.name}.json")
     (directory / "index.txt").write_text("\n".join(lines) + "\n")
@@ -228,11 +228,12 @@ def servers(work: Path, args: argparse.Namespace) -> Iterator[list[Server]]:
 # --- load -------------------------------------------------------------------------------------------------
 
 
-def fixed_rate(server: Server, rate: float, seconds: float, *, connections: int, ca: Path) -> dict[str, Any]:
+def fixed_rate(server: Server, rate: float, seconds: float, *, connections: int, ca: Path,
+               templates: int = 1) -> dict[str, Any]:
     spread: list[int] = []
     cpu0 = server.cpu_seconds()
     result = asyncio.run(pace.run(server.url, rate, seconds, connections=connections,
-                                  context=pace.client_context(ca), bodies=reviews.bodies(),
+                                  context=pace.client_context(ca), bodies=reviews.bodies(templates),
                                   check_verdicts=server.name == "real",
                                   on_done=lambda: spread.extend(server.connections_per_worker())))
     cpu = server.cpu_seconds() - cpu0
@@ -283,6 +284,7 @@ def render(started: list[Server], meta: dict[str, Any]) -> str:
     lines = [f"# webhook_bench {meta['date']}", "", f"- machine: {meta['machine']}",
              f"- server: {meta['server']} ({servers_module.KINDS[meta['server']]}), {meta['model']}, TLS, "
              f"policy {meta['policy']}",
+             f"- bodies: {_bodies(meta['templates'])}",
              f"- load: keep-alive, wrk -c{meta['connections']}, pacer pool up to {meta['connections']} connections;"
              f" {meta['seconds']:g} s per point", "",
              "| load | server | req/s | p50 ms | p99 ms | p99.9 ms | CPU µs/req | conns/worker | errors |",
@@ -299,15 +301,24 @@ def render(started: list[Server], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _bodies(templates: int) -> str:
+    if templates <= 1:
+        return "the four of bench/reviews.py in turn (replicas of four templates: the engine remembers their verdicts)"
+    return (f"{4 * templates} distinct templates in turn (bench/reviews.py, --templates {templates}): every review is "
+            "judged afresh")
+
+
 def _ratios(real: Server, noop: Server, flask: Server) -> list[str]:
     lines = ["", "Against the floors (targets: throughput at saturation ≥ 80 % and p99 at 500 req/s ≤ 1.25x "
                  "the Flask floor's):", "",
-             "| load | throughput real/flask | real/noop | p99 real/flask | p99 real/noop | CPU/req real − flask µs |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| load | throughput real/flask | real/noop | p99 real/flask | p99 real/noop | CPU/req real − flask µs | "
+             "throughput by CPU real/flask |",
+             "|---|---:|---:|---:|---:|---:|---:|"]
     for r, n, f in zip(real.points, noop.points, flask.points, strict=True):
         lines.append(f"| {r['load']} | {r['achieved_rps'] / f['achieved_rps']:.0%} | "
                      f"{r['achieved_rps'] / n['achieved_rps']:.0%} | {r['p99_ms'] / f['p99_ms']:.2f}x | "
-                     f"{r['p99_ms'] / n['p99_ms']:.2f}x | {r['cpu_us_per_req'] - f['cpu_us_per_req']:+,.0f} |")
+                     f"{r['p99_ms'] / n['p99_ms']:.2f}x | {r['cpu_us_per_req'] - f['cpu_us_per_req']:+,.0f} | "
+                     f"{f['cpu_us_per_req'] / r['cpu_us_per_req']:.0%} |")
     return lines
 
 
@@ -336,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="mixed-fleet", help="example whose policy the real server loads")
     parser.add_argument("--no-wrk", action="store_true", help="skip the saturation runs")
     parser.add_argument("--no-floors", action="store_true", help="the real server only (comparing servers)")
+    parser.add_argument("--templates", type=int, default=1,
+                        help="bodies per kind of review: 100 makes every review judged afresh, as pods of as many "
+                             "templates would be (default 1: replicas of four templates)")
     parser.add_argument("--json", type=Path, help="also write every point as JSON here")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so the servers are stopped too
@@ -349,17 +363,18 @@ def main(argv: list[str] | None = None) -> int:
 
     shipped = Settings()
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(), "load": os.getloadavg()[0],
-            "policy": args.policy,
+            "policy": args.policy, "templates": args.templates,
             "server": args.server, "model": f"{args.workers or shipped.workers} workers",
             "connections": args.connections, "seconds": args.seconds}
     with tempfile.TemporaryDirectory(prefix="gpupolicy-bench-") as tmp:
         work = Path(tmp)
-        bodies = write_bodies(work / "bodies")
+        bodies = write_bodies(work / "bodies", args.templates)
         with servers(work, args) as started:
             ca = work / "certs" / "ca.crt"
             for rate in rates:
                 for server in started:
-                    fixed_rate(server, rate, args.seconds, connections=args.connections, ca=ca)
+                    fixed_rate(server, rate, args.seconds, connections=args.connections, ca=ca,
+                               templates=args.templates)
             if use_wrk:
                 for server in started:
                     saturation(server, args.seconds, connections=args.connections, bodies=bodies)

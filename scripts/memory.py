@@ -7,11 +7,12 @@ Usage (from the repository root):
 
 It starts `gpupolicy webhook serve` (2 workers, defaults) and samples the proportional set size (PSS, what
 the kubelet's working set approximates) of the master and workers every 20 ms while 8 clients send, round
-robin: valid reviews, 1 MiB reviews (a Pod with a 1 MiB annotation), 3 MiB of `[{},...]` (a million
-dicts if parsed), 50,000-deep arrays, and the costliest body under the JSON value cap. Then it opens as many
-idle TLS connections as the workers accept (--connections, default 2 x 500) and samples again. It prints the
-peak and settled figures as JSON; the compiled memory limit is that peak plus the headroom stated in
-docs/reliability.md. Only loopback is contacted.
+robin: valid reviews, distinct 15 KiB pods (they fill the engine's memo of verdicts), 1 MiB reviews (a Pod
+with a 1 MiB annotation), 3 MiB of `[{},...]` (a million dicts if parsed), 50,000-deep arrays, and the
+costliest body under the JSON value cap. Then it opens as many idle TLS connections as the workers accept
+(--connections, default 2 x 500) and samples again. It prints the peak and settled figures as JSON; the
+compiled memory limit is that peak plus the headroom stated in docs/reliability.md. Only loopback is
+contacted.
 """
 
 from __future__ import annotations
@@ -35,13 +36,27 @@ import soak  # noqa: E402
 
 from webhook import review  # noqa: E402
 
+#: Distinct pods just under the largest the engine remembers (16 KiB of key), enough to fill its memo (256 per
+#: worker) many times over: what a client sending nothing but new pods makes it hold.
+DISTINCT_PODS = 1024
 
-def bodies() -> list[tuple[str, bytes]]:
+
+def distinct_pods() -> list[bytes]:
+    out = []
+    for n in range(DISTINCT_PODS):
+        pod = soak.workload("Pod", 1, name=f"distinct-{n}")
+        pod["metadata"]["annotations"] = {"example.com/blob": f"{n:05d}" + "x" * 14_000}
+        out.append(soak.review(pod, uid=f"distinct-{n}"))
+    return out
+
+
+def bodies() -> list[tuple[str, bytes | list[bytes]]]:
     pod = soak.workload("Pod", 1, name="big")
     pod["metadata"]["annotations"] = {"example.com/blob": "x" * (1 << 20)}
     most = (review.MAX_JSON_VALUES - 2) // 2
     return [
         ("valid review", soak.review(soak.workload("Pod", 1), uid="valid")),
+        ("distinct 15 KiB pods", distinct_pods()),
         ("1 MiB review", soak.review(pod, uid="big")),
         ("3 MiB of empty objects", b"[" + b"{}," * (3 * 1024 * 1024 // 3 - 40) + b"{}]"),
         ("50k-deep arrays", b"[" * 50_000 + b"]" * 50_000),
@@ -71,7 +86,8 @@ def hostile_bodies(server: soak.Server, seconds: float, clients: int) -> dict[st
         context = server.target.context()
         k = index
         while time.monotonic() < until:
-            name, body = payloads[k % len(payloads)]
+            name, payload = payloads[k % len(payloads)]
+            body = payload[(k // len(payloads)) % len(payload)] if isinstance(payload, list) else payload
             k += 1
             connection = soak._Connection(server.target, context, 30.0)
             try:
