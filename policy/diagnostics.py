@@ -8,6 +8,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, get_args, get_origin
 
+import orjson
+
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
 
@@ -180,14 +182,33 @@ def quotable(data: Any) -> Any:
     """JSON-like ``data`` (a fix's edits and patch) when `bounded` leaves every string in it whole, else None: a
     value cut short would make a patch that edits another path. Only an object the API server refuses (a
     container name of a megabyte) holds such a string; its findings still say what is wrong."""
+    return data if _no_long_string(data) or _whole(data) else None
+
+
+def _whole(data: Any) -> bool:
     if isinstance(data, str):
-        return data if bounded(data) == data else None
+        return bounded(data) == data
     if isinstance(data, Mapping):
-        whole = all(quotable(k) is not None and quotable(v) is not None for k, v in data.items())
-        return data if whole else None
+        return all(_whole(k) and _whole(v) for k, v in data.items())
     if isinstance(data, list | tuple):
-        return data if all(quotable(v) is not None for v in data) else None
-    return data
+        return all(_whole(v) for v in data)
+    return True
+
+
+def _no_long_string(data: Any) -> bool:
+    """True when `bounded` surely leaves every string in JSON-like ``data`` whole: its JSON is within the line
+    cap and holds no run of more than MAX_QUOTED_CHARS non-blank bytes. Each string's JSON is at least as long as
+    the string, and a run of non-blank characters in it stays one in its JSON (escapes and UTF-8 bytes are
+    non-blank too), so what is true of the JSON is true of every string. A quick answer for what is nearly
+    always so (a fix's paths and names); False sends ``quotable`` the long way."""
+    try:
+        text = orjson.dumps(data)
+    except orjson.JSONEncodeError:
+        return False
+    return len(text) <= MAX_LINE_CHARS and _LONG_RUN.search(text) is None
+
+
+_LONG_RUN = re.compile(rb"\S{%d,}" % (MAX_QUOTED_CHARS + 1))
 
 
 def format_path(path: Path) -> str:
