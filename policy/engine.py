@@ -183,7 +183,9 @@ class Engine:
         several mean only what all of them allow. UPDATEs that change neither GPU requests nor placement are
         allowed unchecked, so scaling or relabelling an existing object never fails. Every finding's hint is a
         fix verified to admit the object (policy/remedies.py), or says that none within the policy does.
-        A custom resource that asks for GPUs gets a workload-not-checked notice. Never raises.
+        A custom resource that asks for GPUs gets a workload-not-checked notice. Objects are judged without their
+        instance fields (``without_instance_fields``), so the objects of one template share a verdict, which the
+        engine remembers (up to ``memo_size``). Never raises.
         """
         if not isinstance(operation, str) or operation not in EVALUATED_OPERATIONS:
             return ALLOWED
