@@ -192,6 +192,7 @@ class Engine:
         workload = find_workload(obj)
         if workload is None:
             return _unchecked(obj)
+        request = None
         if operation == "UPDATE":
             request = read_gpu_request(workload)
             if request.empty:
@@ -203,7 +204,7 @@ class Engine:
         key = _memo_key(template, names) if self._memo_size else None
         judged = self._memo.get(key, _UNJUDGED) if key is not None else _UNJUDGED
         if judged is _UNJUDGED:
-            judged = self._judge(template, workload, names)
+            judged = self._judge(template, workload, names, request)
             if key is not None:
                 if len(self._memo) >= self._memo_size:
                     self._memo.clear()  # bounded like the caches above; refilled by the next reviews
@@ -213,11 +214,12 @@ class Engine:
         allowed, diagnostics = judged
         return Decision(allowed, diagnostics, workload.subject)
 
-    def _judge(self, template: Mapping[str, Any], workload: Workload,
-               tenants: tuple[str, ...]) -> tuple[bool, tuple[Diagnostic, ...]] | None:
+    def _judge(self, template: Mapping[str, Any], workload: Workload, tenants: tuple[str, ...],
+               request: GpuRequest | None) -> tuple[bool, tuple[Diagnostic, ...]] | None:
         """The verdict and findings (each with its checked fix) on an object without its instance fields; None
-        when it asks for no GPU."""
-        request = read_gpu_request(workload)
+        when it asks for no GPU. ``request``: the workload's, when already read."""
+        if request is None:
+            request = read_gpu_request(workload)
         if request.empty:
             return None
         found = self._assess(template, workload, request, tenants)

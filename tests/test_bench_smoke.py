@@ -54,6 +54,11 @@ def test_app_bench_sets_the_webhook_against_both_floors_step_by_step() -> None:
         assert f"| {step} |" in out
 
 
+def test_app_bench_runs_distinct_templates_too() -> None:
+    out = run_bench("app_bench.py", "--templates", "3", "--no-steps")
+    assert "| real |" in out and "| flask |" in out and "| the rest |" not in out
+
+
 def test_yaml_bench_finds_no_byte_the_fast_emitter_writes_differently() -> None:
     out = run_bench("yaml_bench.py")
     assert out.startswith("equivalence: dump_yaml == PyYAML's emitter")

@@ -32,6 +32,7 @@ __all__ = [
     "decide",
     "fit_warnings",
     "internal_error",
+    "json_bytes",
     "parse_review",
     "status_document",
 ]
@@ -496,16 +497,17 @@ def _causes(decision: DecisionLike) -> tuple[StatusCause, ...]:
         where = bounded(format_path(d.path))  # both quote the object: a name may be a megabyte
         out.append(StatusCause(reason=d.code, message=bounded(d.message), field=where))
         if d.fix is not None and (data := d.fix.quoted) is not None:
-            out.append(StatusCause(reason=FIX_CAUSE, message=_compact(data), field=where))
+            out.append(StatusCause(reason=FIX_CAUSE, message=json_bytes(data, sort_keys=True).decode(), field=where))
     return tuple(out)
 
 
-def _compact(data: Any) -> str:
-    """JSON text, compact with sorted keys; orjson, unless a value is beyond it (an integer past 64 bits)."""
+def json_bytes(data: Any, *, sort_keys: bool = False) -> bytes:
+    """Compact JSON, as json.dumps writes it with separators (",", ":") but UTF-8 unescaped: orjson, several times
+    faster, and json.dumps for what orjson does not write (an integer past 64 bits, a key that is not a string)."""
     try:
-        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode()
+        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS if sort_keys else 0)
     except orjson.JSONEncodeError:
-        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return json.dumps(data, sort_keys=sort_keys, separators=(",", ":")).encode()
 
 
 def internal_error(review: Review, incident: str) -> Verdict:
