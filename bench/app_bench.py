@@ -203,19 +203,19 @@ def instructions(app: str, step: str | None, reviews: int, templates: int) -> fl
 
 
 def main(argv: list[str] | None = None) -> int:
+    import reviews
+
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--child":
-        app, step, reviews, repeats, templates = argv[1:6]
-        print(json.dumps(child(app, None if step == "-" else step, int(reviews), int(repeats), int(templates))))
+        app, step, count, repeats, templates = argv[1:6]
+        print(json.dumps(child(app, None if step == "-" else step, int(count), int(repeats), int(templates))))
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--instructions", action="store_true", help="count instructions with valgrind's callgrind")
     parser.add_argument("--reviews", type=int, default=4000, help="reviews per repeat (per run with --instructions)")
     parser.add_argument("--repeats", type=int, default=7, help="repeats per figure; the best is reported")
     parser.add_argument("--no-steps", action="store_true", help="the three applications only, no breakdown")
-    parser.add_argument("--templates", type=int, default=1,
-                        help="bodies per kind of review: 100 makes every review judged afresh, as pods of as many "
-                             "templates would be (default 1: replicas of four templates)")
+    reviews.add_templates_option(parser)
     parser.add_argument("--quick", action="store_true", help="a few hundred reviews, one repeat (the smoke test)")
     args = parser.parse_args(argv)
     if args.quick:

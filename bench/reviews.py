@@ -12,6 +12,7 @@ webhook entry (tenant) the API server would call.
 
 from __future__ import annotations
 
+import argparse
 import copy
 import json
 from dataclasses import dataclass
@@ -247,6 +248,13 @@ def bodies(templates: int = 1) -> tuple[Body, ...]:
     engine remembers 256 (policy/engine.py), so replaying 4 x 100 of them in turn judges every review afresh."""
     four = (gpu_pod(), deployment(), cronjob(), denied_pod())
     return four if templates <= 1 else tuple(_variant(body, n) for n in range(templates) for body in four)
+
+
+def add_templates_option(parser: argparse.ArgumentParser) -> None:
+    """--templates, for the benchmarks that send these bodies."""
+    parser.add_argument("--templates", type=int, default=1,
+                        help="bodies per kind of review: 100 makes every review judged afresh, as pods of as many "
+                             "templates would be (default 1: replicas of four templates)")
 
 
 def _variant(body: Body, n: int) -> Body:

@@ -347,9 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", default="mixed-fleet", help="example whose policy the real server loads")
     parser.add_argument("--no-wrk", action="store_true", help="skip the saturation runs")
     parser.add_argument("--no-floors", action="store_true", help="the real server only (comparing servers)")
-    parser.add_argument("--templates", type=int, default=1,
-                        help="bodies per kind of review: 100 makes every review judged afresh, as pods of as many "
-                             "templates would be (default 1: replicas of four templates)")
+    reviews.add_templates_option(parser)
     parser.add_argument("--json", type=Path, help="also write every point as JSON here")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so the servers are stopped too
