@@ -245,7 +245,7 @@ def denied_pod() -> Body:
 def bodies(templates: int = 1) -> tuple[Body, ...]:
     """The four bodies; with ``templates`` above 1, each in that many variants as pods of as many templates would
     be: another image tag in the first container, another name and uid. No two share a remembered verdict, and the
-    engine remembers 256 (policy/engine.py), so replaying 4 x 100 of them in turn judges every review afresh."""
+    engine remembers 256 (admission/engine.py), so replaying 4 x 100 of them in turn judges every review afresh."""
     four = (gpu_pod(), deployment(), cronjob(), denied_pod())
     return four if templates <= 1 else tuple(_variant(body, n) for n in range(templates) for body in four)
 
@@ -258,7 +258,7 @@ def add_templates_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _variant(body: Body, n: int) -> Body:
-    from policy.workloads import find_workload
+    from policy.admission.workloads import find_workload
 
     review = copy.deepcopy(body.review)
     request = review["request"]

@@ -137,7 +137,7 @@ def free_port() -> int:
 
 def write_policy(directory: Path, example: str) -> Path:
     from policy.load import load_policy_or_raise
-    from policy.offers import build_admission_policy
+    from policy.resolved.offers import build_admission_policy
 
     spec = ROOT / "examples" / "clusters" / example / "cluster.yaml"
     policy = build_admission_policy(load_policy_or_raise(spec.read_text(), filename=str(spec)))

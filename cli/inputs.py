@@ -5,10 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from policy.diagnostics import Diagnostic, Span
+from policy.spec.diagnostics import Diagnostic, Span
 
 if TYPE_CHECKING:
-    from policy.resolve import ResolvedPolicy
+    from policy.resolved.resolve import ResolvedPolicy
 
 MAX_INPUT_BYTES = 16 * 1024 * 1024  # a spec or manifest bundle larger than this is a mistake
 

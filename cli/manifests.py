@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cli.reporters import Report
-    from policy.diagnostics import Path
-    from policy.source import Document
+    from policy.spec.diagnostics import Path
+    from policy.spec.source import Document
 
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 
@@ -32,8 +32,8 @@ def parse_namespace_flags(values: list[str]) -> dict[str, dict[str, str]] | str:
 
 def read_manifests(paths: list[str], report: Report) -> Iterator[Document]:
     from cli.inputs import read_text
-    from policy.diagnostics import Diagnostic
-    from policy.source import parse_documents
+    from policy.spec.diagnostics import Diagnostic
+    from policy.spec.source import parse_documents
 
     for path in expand(paths):
         report.files += 1

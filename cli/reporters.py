@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cli.main import ExitCode
-from policy.diagnostics import Diagnostic, bounded, format_path
+from policy.spec.diagnostics import Diagnostic, bounded, format_path
 
 if TYPE_CHECKING:
-    from policy.resolve import ResolvedPolicy
+    from policy.resolved.resolve import ResolvedPolicy
 
 #: Codes meaning the input could not be read as a spec at all: bad input (exit 2), not a finding.
 INPUT_CODES = frozenset({"unreadable-file", "yaml-syntax", "not-a-mapping", "empty-document", "multiple-documents"})

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from policy.source import compose_document
+from policy.spec.source import compose_document
 
 __all__ = ["edit_spec"]
 

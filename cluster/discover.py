@@ -13,8 +13,10 @@ from cluster import ClusterError, facts
 from cluster.resources import DaemonSet, Node, NodeTaint, Snapshot
 from cluster.sharing import LiveSharing, read_sharing, settled
 from compiler import serialize
-from policy import catalog, cloud_vgpu, hami, selectors
-from policy.model import API_VERSION, KIND, PluginFlags
+from policy.hardware import catalog
+from policy.kube import selectors
+from policy.spec.model import API_VERSION, KIND, PluginFlags
+from policy.vgpu import cloud_vgpu, hami
 
 # No URL serves the schema (gpupolicy.dev is only the schemas' $id, and the project publishes no release files),
 # so a draft names a schema only where one is known to exist: a file `gpupolicy schema --write DIR` wrote.

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cluster.resources import NVIDIA_PREFIX, Container, DaemonSet, Node, NodeTaint, Pod
-from policy import hami
-from policy.labels import DRIVER_VERSION_FULL, DRIVER_VERSION_PARTS
-from policy.labels import MIG_CONFIG_STATE as MIG_CONFIG_STATE
+from policy.hardware.labels import DRIVER_VERSION_FULL, DRIVER_VERSION_PARTS
+from policy.hardware.labels import MIG_CONFIG_STATE as MIG_CONFIG_STATE
+from policy.vgpu import hami
 
 PRODUCT = "nvidia.com/gpu.product"
 COUNT = "nvidia.com/gpu.count"

@@ -1,4 +1,4 @@
-"""The node-label reconciler: keeps the labels of the label plan (policy.node_labels) on every node of a class.
+"""The node-label reconciler: keeps the labels of the label plan (policy.resolved.node_labels) on every node of a class.
 
 A plain watch loop on the official client (list, then watch from the list's resourceVersion, relist on 410 or
 any failure), because the whole job is one resource and one idempotent write per node: a framework such as kopf
@@ -11,7 +11,8 @@ keys it owns (managedFields), removes a key it owned and no longer sends (a node
 selector changed), and keeps every other key untouched. A key that another manager (a person's kubectl, the GPU
 Operator, node provisioning) set to a different value is a conflict: the reconciler leaves it, records a Warning
 event on the node and sets gpupolicy_node_label_conflicts, and never forces. The one exception is a GPU Operator
-default (policy.labels.OPERATOR_DEFAULTS: nvidia.com/mig.config=all-disabled, nvidia.com/gpu.deploy.*=true) that
+default (policy.hardware.labels.OPERATOR_DEFAULTS: nvidia.com/mig.config=all-disabled,
+nvidia.com/gpu.deploy.*=true) that
 only the operator wrote: the operator sets those on a node that lacks them and never changes them afterwards, so
 on a node that joined a pool it may simply have been first. The reconciler takes such a key over with a forced
 apply (LabelPlan.overrides), and the operator leaves the new value alone.
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cluster.resources import field_managers
-from policy.node_labels import FIELD_MANAGER, LabelPlan
+from policy.resolved.node_labels import FIELD_MANAGER, LabelPlan
 
 if TYPE_CHECKING:
     from kubernetes.client import CoreV1Api

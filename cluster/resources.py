@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from policy.quantity import parse_count
-from policy.workloads import NodeTaint
+from policy.kube.quantity import parse_count
+from policy.kube.scheduling import NodeTaint
 
 Json = Mapping[str, Any]
 NVIDIA_PREFIX = "nvidia.com/"

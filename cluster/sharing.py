@@ -18,8 +18,8 @@ from typing import Any
 
 from cluster import facts
 from cluster.resources import Node
-from policy import catalog, mig
-from policy.releases import MIG_PREFIX
+from policy.hardware import catalog, mig
+from policy.hardware.releases import MIG_PREFIX
 
 _SHARED_RESOURCE = "nvidia.com/gpu.shared"
 _UNSETTLED = ("pending", "rebooting", "failed")

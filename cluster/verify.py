@@ -17,14 +17,17 @@ from compiler.targets import hami as hami_target
 from compiler.targets import mig_manager
 from compiler.targets import node_labels as reconciler_target
 from compiler.targets.hami import VALUES_PATH
-from policy import catalog, cloud_vgpu, drivers, hami, labels, offers, selectors
-from policy.engine import Engine
-from policy.model import ClusterGPUPolicy
-from policy.node_labels import FIELD_MANAGER, LabelPlan, build_plan
-from policy.releases import GPU, MIG_PREFIX
-from policy.resolve import Offer, ResolvedClass, resolve
-from policy.rules import ClassView, placement_conflict
-from policy.workloads import find_workload, read_gpu_request, read_placement
+from policy.admission.engine import Engine
+from policy.admission.rules import ClassView, placement_conflict
+from policy.admission.workloads import find_workload, read_gpu_request, read_placement
+from policy.hardware import catalog, drivers, labels
+from policy.hardware.releases import GPU, MIG_PREFIX
+from policy.kube import selectors
+from policy.resolved import offers
+from policy.resolved.node_labels import FIELD_MANAGER, LabelPlan, build_plan
+from policy.resolved.resolve import Offer, ResolvedClass, resolve
+from policy.spec.model import ClusterGPUPolicy
+from policy.vgpu import cloud_vgpu, hami
 
 Severity = Literal["error", "warning", "info"]
 #: Every code a finding of `cluster verify` can carry (docs/operations.md explains each).
@@ -176,7 +179,8 @@ class _View:
     plugin_pods: Mapping[str, tuple[tuple[DaemonSet, Pod], ...]] = field(default_factory=dict)
     """Node name -> the device-plugin pods on it, with their DaemonSet."""
     label_plan: LabelPlan | None = None
-    """What the tree's label reconciler does (policy.node_labels): which labels it owns, which defaults it replaces."""
+    """What the tree's label reconciler does (policy.resolved.node_labels): which labels it owns, which defaults it
+    replaces."""
 
     def members(self, name: str) -> tuple[Node, ...]:
         """The nodes of a class: selected by it and by no other class."""
@@ -716,7 +720,7 @@ def _mig_state(view: _View, resolved: ResolvedClass, node: Node, at: Mapping[str
 
 def _driver(resolved: ResolvedClass, node: Node, at: Mapping[str, str]) -> Iterator[Finding]:
     """The node's NVIDIA driver, as GFD reports it, against the class's stated gpu.driverVersion and against what
-    the class needs from the driver (policy/drivers.py: MIG layouts, MPS memory limits)."""
+    the class needs from the driver (policy/hardware/drivers.py: MIG layouts, MPS memory limits)."""
     text = facts.driver_version(node.labels)
     if text is None:
         return

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from compiler.tree import Tree
-    from policy.model import ClusterGPUPolicy
-    from policy.resolve import ResolvedPolicy
+    from policy.resolved.resolve import ResolvedPolicy
+    from policy.spec.model import ClusterGPUPolicy
 
 __all__ = ["compile_policy"]
 
@@ -20,6 +20,6 @@ def compile_policy(policy: ClusterGPUPolicy | ResolvedPolicy) -> Tree:
     `gpupolicy --help` stays free of PyYAML/pydantic.
     """
     from compiler import tree
-    from policy.resolve import ResolvedPolicy, resolve
+    from policy.resolved.resolve import ResolvedPolicy, resolve
 
     return tree.build_tree(policy if isinstance(policy, ResolvedPolicy) else resolve(policy))

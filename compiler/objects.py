@@ -7,17 +7,17 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from policy import selectors
-from policy.labels import (
+from policy.hardware.labels import (
     GPU_DEPLOY_PREFIX,
     MIG_CONFIG_STATE,
     MIG_STATE_FAILED,
     MIG_STATE_SUCCESS,
     PAUSED_FOR_MIG_CHANGE,
 )
-from policy.model import ClusterGPUPolicy, Taint, Toleration
-from policy.resolve import ResolvedClass
-from policy.workloads import Toleration as PodToleration
+from policy.kube import selectors
+from policy.kube.scheduling import Toleration as PodToleration
+from policy.resolved.resolve import ResolvedClass
+from policy.spec.model import ClusterGPUPolicy, Taint, Toleration
 
 MANAGED_BY = "gpupolicy"
 PART_OF = "gpupolicy"

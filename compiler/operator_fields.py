@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from compiler.objects import Obj
 from compiler.targets import gpu_operator, mig_parted, monitoring
-from policy.resolve import ResolvedPolicy
+from policy.resolved.resolve import ResolvedPolicy
 
 
 def pointers(resolved: ResolvedPolicy) -> tuple[str | None, str | None, Obj | None]:

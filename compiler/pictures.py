@@ -15,9 +15,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from policy import mig
-from policy.catalog import MigGeometry
-from policy.resolve import ResolvedClass
+from policy.hardware import mig
+from policy.hardware.catalog import MigGeometry
+from policy.resolved.resolve import ResolvedClass
 
 __all__ = ["Bar", "Instance", "SlotRow", "class_picture", "mig_gpu", "scores", "simulation", "slots"]
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from compiler import pictures, serialize
-from policy import mig
+from policy.hardware import mig
 from policy.plan.figures import DIMENSIONS
 from policy.plan.recommend import ClassPlan, Plan, sharing_fragment
 from policy.plan.scoring import Evaluation

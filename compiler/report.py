@@ -10,11 +10,14 @@ from compiler.targets import admission_policy, flux, gpu_operator, namespaces
 from compiler.targets import hami as hami_target
 from compiler.targets.monitoring import collectors
 from compiler.targets.monitoring import rules as monitoring_rules
-from policy import advice, checks, hami, labels, releases
-from policy.diagnostics import format_path
-from policy.hami_scope import hami_scope
-from policy.model import VAP_MINOR, HamiResourceNames
-from policy.resolve import GPU, Offer, ResolvedClass, ResolvedPolicy
+from policy import checks
+from policy.checks import advice
+from policy.hardware import labels, releases
+from policy.resolved.resolve import GPU, Offer, ResolvedClass, ResolvedPolicy
+from policy.resolved.vgpu_scope import hami_scope
+from policy.spec.diagnostics import format_path
+from policy.spec.model import VAP_MINOR, HamiResourceNames
+from policy.vgpu import hami
 
 REPORT_VERSION = 2
 EXCLUSIVE = GPU
@@ -61,7 +64,7 @@ class Slots:
     memory_estimated: bool = False
     """The device's memory is the catalog's estimate, not a measured figure."""
     mig_profile: str | None = None
-    """The MIG profile behind the slots; its name may differ from the resource's (policy/releases.py)."""
+    """The MIG profile behind the slots; its name may differ from the resource's (policy/hardware/releases.py)."""
 
     @property
     def renamed(self) -> bool:
@@ -98,7 +101,7 @@ class ClassReport:
 @dataclass(frozen=True)
 class Finding:
     """A warning of the spec's checks, or advice (warning or info) where the spec contradicts the
-    sharing-mode decision matrix (policy.advice)."""
+    sharing-mode decision matrix (policy.checks.advice)."""
 
     severity: str
     code: str

@@ -23,7 +23,7 @@ from compiler.targets import (
     namespaces,
     node_labels,
 )
-from policy.resolve import ResolvedPolicy
+from policy.resolved.resolve import ResolvedPolicy
 
 MARKER = ".gpupolicy"
 MARKER_TEXT = (

@@ -7,10 +7,10 @@ from dataclasses import dataclass, replace
 from pydantic import ValidationError
 
 from policy import checks
-from policy.diagnostics import Diagnostic, PolicyError, Span, from_validation_error, has_errors, sort_key
-from policy.model import ClusterGPUPolicy
-from policy.resolve import ResolvedPolicy, resolve
-from policy.source import Document, parse_documents
+from policy.resolved.resolve import ResolvedPolicy, resolve
+from policy.spec.diagnostics import Diagnostic, PolicyError, Span, from_validation_error, has_errors, sort_key
+from policy.spec.model import ClusterGPUPolicy
+from policy.spec.source import Document, parse_documents
 
 
 @dataclass(frozen=True)

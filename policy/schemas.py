@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from policy.engine import AdmissionTestSuite
-from policy.model import ClusterGPUPolicy
-from policy.offers import AdmissionPolicy
+from policy.admission.engine import AdmissionTestSuite
 from policy.plan.inventory import InventoryFile
+from policy.resolved.offers import AdmissionPolicy
+from policy.spec.model import ClusterGPUPolicy
 
 SCHEMA_BASE = "https://gpupolicy.dev/schemas/"
 GENERATED: dict[str, tuple[type[BaseModel], str]] = {

@@ -34,7 +34,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_optional
 from cel_k8s import CelError, to_unstructured
 
-from policy.quantity import read_quantity
+from policy.kube.quantity import read_quantity
 
 __all__ = ["LIBRARY", "Decision", "PolicyResult", "Undecodable", "activation", "as_integer", "compile_in",
            "environment", "evaluate_policy", "is_integer", "is_quantity", "parse_quantity"]
@@ -50,7 +50,7 @@ VARIABLES = ("object", "oldObject", "request", "namespaceObject", "variables", "
 def parse_quantity(text: str) -> Fraction:
     """The exact value of a Kubernetes quantity; ValueError for text ParseQuantity refuses.
 
-    The grammar is the product's reading of the API server's (policy/quantity.py), without the white space
+    The grammar is the product's reading of the API server's (policy/kube/quantity.py), without the white space
     Quantity.UnmarshalJSON trims: quantity() gets the text as it is. Values keep nano precision, their magnitude
     rounded up (resource.Quantity, scale Nano)."""
     found = read_quantity(text) if isinstance(text, str) and text == text.strip() else None

@@ -19,7 +19,7 @@ def test_import_contracts_hold() -> None:
 
 def test_importing_the_policy_core_pulls_in_no_shell_library() -> None:
     probe = (
-        "import sys, policy.load, policy.offers, policy.checks, policy.resolve\n"
+        "import sys, policy.load, policy.resolved.offers, policy.checks, policy.resolved.resolve\n"
         "print([m for m in ('flask', 'kubernetes', 'cryptography', 'prometheus_client', 'compiler', 'webhook',"
         " 'cli', 'cluster') if m in sys.modules])"
     )

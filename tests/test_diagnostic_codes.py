@@ -16,9 +16,9 @@ from typing import get_args
 import pytest
 
 from cluster.verify import FindingCode
-from policy.advice import AdviceCode
-from policy.diagnostics import Code, InventoryCode, NoticeCode
-from policy.model import RuleId
+from policy.checks.advice import AdviceCode
+from policy.spec.diagnostics import Code, InventoryCode, NoticeCode
+from policy.spec.model import RuleId
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("policy", "compiler", "cluster", "webhook", "cli")

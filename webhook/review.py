@@ -15,7 +15,7 @@ from typing import Any, Literal, NotRequired, Protocol, TypedDict, cast, get_arg
 
 import orjson
 
-from policy.diagnostics import bounded, format_path
+from policy.spec.diagnostics import bounded, format_path
 
 __all__ = [
     "API_VERSIONS",
@@ -407,7 +407,7 @@ class DiagnosticLike(Protocol):
 
 
 class DecisionLike(Protocol):
-    """What the rule engine returns (policy/engine.py `Decision`)."""
+    """What the rule engine returns (policy/admission/engine.py `Decision`)."""
 
     @property
     def allowed(self) -> bool: ...
@@ -422,7 +422,7 @@ class DecisionLike(Protocol):
 
 
 class Evaluator(Protocol):
-    """The rule engine's call (policy/engine.py `Engine.evaluate`)."""
+    """The rule engine's call (policy/admission/engine.py `Engine.evaluate`)."""
 
     def evaluate(
         self,

@@ -13,7 +13,7 @@ from webhook.context import EXTENSION, current_webhook, status_response
 
 blueprint = Blueprint(EXTENSION, __name__)
 
-# Tenant names are DNS labels in the spec (policy/model.py Tenant.name), so anything else is no route.
+# Tenant names are DNS labels in the spec (policy/spec/model.py Tenant.name), so anything else is no route.
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 # Every route but liveness first lets the store notice a new policy file (at most once per interval), probes

@@ -13,8 +13,8 @@ from typing import Literal, Protocol
 
 import yaml
 
-from policy import offers
-from policy.diagnostics import PolicyError
+from policy.resolved import offers
+from policy.spec.diagnostics import PolicyError
 from webhook import review
 
 log = logging.getLogger("gpupolicy.webhook.store")
@@ -44,7 +44,7 @@ class StoreObserver(Protocol):
 
 
 def default_engine_factory(policy: offers.AdmissionPolicy) -> review.Evaluator:
-    from policy import engine  # imported on first load, so the store's own tests need no engine
+    from policy.admission import engine  # imported on first load, so the store's own tests need no engine
 
     return engine.Engine(policy)
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from cli.reporters import Report
-    from policy.diagnostics import Diagnostic, Path
-    from policy.engine import Engine
-    from policy.source import Document
+    from policy.admission.engine import Engine
+    from policy.spec.diagnostics import Diagnostic, Path
+    from policy.spec.source import Document
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-p", "--policy", required=True, metavar="SPEC", help="the cluster's ClusterGPUPolicy file")
@@ -63,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _load_engine(path: str, report: Report) -> Engine | None:
     from cli.inputs import load_spec
-    from policy.engine import Engine
-    from policy.offers import build_admission_policy
+    from policy.admission.engine import Engine
+    from policy.resolved.offers import build_admission_policy
 
     policy, found = load_spec(path)
     if policy is None:
@@ -76,8 +76,8 @@ def _load_engine(path: str, report: Report) -> Engine | None:
 
 def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tally) -> Iterator[Diagnostic]:
     from cli.manifests import objects
-    from policy import workloads
-    from policy.engine import NOT_CHECKED
+    from policy.admission import workloads
+    from policy.admission.engine import NOT_CHECKED
 
     for obj, prefix in objects(doc.data):
         workload = workloads.find_workload(obj)
@@ -98,9 +98,9 @@ def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tall
 
 
 def _cloud_vgpu(workload: Any, prefix: Path, doc: Document) -> Iterator[Diagnostic]:
-    """A workload asking for a cloud's own vGPU resources: said, not judged (policy.cloud_vgpu)."""
-    from policy import cloud_vgpu
-    from policy.diagnostics import Diagnostic
+    """A workload asking for a cloud's own vGPU resources: said, not judged (policy.vgpu.cloud_vgpu)."""
+    from policy.spec.diagnostics import Diagnostic
+    from policy.vgpu import cloud_vgpu
 
     for product in cloud_vgpu.products_requested(workload.resource_names()):
         path = (*prefix, *workload.spec_path)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from cluster.resources import Snapshot
     from cluster.snapshot import Access
-    from policy.model import ClusterGPUPolicy
+    from policy.spec.model import ClusterGPUPolicy
 
 # A spec whose only errors are overlapping selectors can still be verified: the cluster then shows which nodes
 # really are selected twice, which is more useful than refusing.
@@ -121,8 +121,8 @@ def _recorded(args: argparse.Namespace) -> Snapshot | None:
     from cli.inputs import read_text
     from cli.reporters import Report, render_text
     from cluster.records import snapshot_from
-    from policy.diagnostics import Diagnostic
-    from policy.source import parse_documents
+    from policy.spec.diagnostics import Diagnostic
+    from policy.spec.source import parse_documents
 
     documents, problems = [], []
     for path in args.from_files:
@@ -150,8 +150,8 @@ def _load(path: str) -> ClusterGPUPolicy | None:
     """The policy, or None after printing why it cannot be verified against."""
     from cli.inputs import read_text
     from cli.reporters import Report, render_text
-    from policy.diagnostics import Diagnostic
     from policy.load import load_policy
+    from policy.spec.diagnostics import Diagnostic
 
     # Not load_spec: verify can look past some errors, so it needs the policy even when they are found.
     text = read_text(path)
@@ -240,7 +240,7 @@ def _reconcile(args: argparse.Namespace) -> int:
 
     from cli.main import ExitCode
     from cluster import reconciler, snapshot
-    from policy.node_labels import plan_from_json
+    from policy.resolved.node_labels import plan_from_json
 
     try:
         plan = plan_from_json(Path(args.plan).read_text(encoding="utf-8"))

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
 def _compile_one(spec: str, out_dir: Path, *, check: bool, prune: bool) -> int:
     from cli.reporters import Report, load_or_report, render_text
     from compiler import compile_policy, writer
-    from policy.diagnostics import PolicyError
+    from policy.spec.diagnostics import PolicyError
 
     policy = load_or_report(spec)
     if isinstance(policy, int):

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from policy.plan.candidates import Target
     from policy.plan.figures import Figures
     from policy.plan.inventory import Derived, Entry
-    from policy.resolve import ResolvedPolicy
+    from policy.resolved.resolve import ResolvedPolicy
 
 _ERROR = "gpupolicy plan: error: "
 
@@ -81,7 +81,7 @@ def _usage(message: str) -> int:
 
 
 def _figures(args: argparse.Namespace) -> Figures | str:
-    from policy import sizing
+    from policy.hardware import sizing
     from policy.plan import figures
 
     try:
@@ -106,9 +106,9 @@ def _targets(args: argparse.Namespace, figures: Figures
     """The targets to plan for, with the spec they come from and its text (None for --gpu), or an exit code."""
     from cli.inputs import read_text
     from cli.reporters import Report, load_or_report, render_text
-    from policy import sizing
-    from policy.diagnostics import Diagnostic
+    from policy.hardware import sizing
     from policy.plan import candidates
+    from policy.spec.diagnostics import Diagnostic
 
     modes = _modes(args)
     if isinstance(modes, str):
@@ -132,7 +132,7 @@ def _targets(args: argparse.Namespace, figures: Figures
             try:
                 target = candidates.seed001_card(sizing.parse_memory_mib(name), modes=modes)
             except ValueError:
-                from policy import catalog
+                from policy.hardware import catalog
 
                 close = catalog.suggest(name)
                 hint = f"; did you mean {', '.join(close)}?" if close else ""
@@ -162,8 +162,8 @@ def _inventory(args: argparse.Namespace, resolved: ResolvedPolicy | None) -> Any
 
 def _entries(paths: list[str], report: Report) -> list[Entry]:
     from cli.inputs import read_text
-    from policy.diagnostics import Diagnostic
     from policy.plan import inventory
+    from policy.spec.diagnostics import Diagnostic
 
     entries: list[Entry] = []
     for path in paths:
@@ -198,8 +198,8 @@ def _derived(args: argparse.Namespace, resolved: ResolvedPolicy | None, report: 
 
 def _export(path: str | None, metric: Any, report: Report) -> tuple[dict[tuple[str, str], float], tuple[str, ...]]:
     from cli.inputs import read_text
-    from policy.diagnostics import Diagnostic
     from policy.plan import inventory
+    from policy.spec.diagnostics import Diagnostic
 
     if path is None:
         return {}, ()
@@ -217,9 +217,9 @@ def _classes_for(resolved: ResolvedPolicy | None) -> Any:
     """The node classes a pod's placement allows (nodeSelector, required node affinity), with a spec."""
     if resolved is None:
         return None
-    from policy import workloads
-    from policy.offers import build_admission_policy
-    from policy.rules import ClassView, placement_conflict
+    from policy.admission import workloads
+    from policy.admission.rules import ClassView, placement_conflict
+    from policy.resolved.offers import build_admission_policy
 
     views = [ClassView.from_doc(c) for c in build_admission_policy(resolved).classes]
 
@@ -237,8 +237,8 @@ def _tenant_of(args: argparse.Namespace, resolved: ResolvedPolicy | None) -> Any
     if resolved is None or not resolved.spec.tenants:
         return None
     from cli.manifests import parse_namespace_flags
-    from policy.engine import Engine
-    from policy.offers import build_admission_policy
+    from policy.admission.engine import Engine
+    from policy.resolved.offers import build_admission_policy
 
     labels = parse_namespace_flags(args.namespace_labels)
     labels = labels if isinstance(labels, dict) else {}

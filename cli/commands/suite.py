@@ -12,9 +12,9 @@ from pathlib import Path as FilePath
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from policy.diagnostics import Diagnostic
-    from policy.engine import AdmissionTestSuite, Decision, Engine, SuiteCase
-    from policy.source import SourceMap
+    from policy.admission.engine import AdmissionTestSuite, Decision, Engine, SuiteCase
+    from policy.spec.diagnostics import Diagnostic
+    from policy.spec.source import SourceMap
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_file(path: str, selected: re.Pattern[str] | None, outcome: Outcome) -> None:
     from cli.inputs import read_text
-    from policy.diagnostics import Diagnostic
-    from policy.source import parse_documents
+    from policy.spec.diagnostics import Diagnostic
+    from policy.spec.source import parse_documents
 
     text = read_text(path)
     if isinstance(text, Diagnostic):
@@ -96,8 +96,8 @@ def _run_file(path: str, selected: re.Pattern[str] | None, outcome: Outcome) -> 
 def _validate(data: Any, source: SourceMap, outcome: Outcome) -> AdmissionTestSuite | None:
     from pydantic import ValidationError
 
-    from policy.diagnostics import Diagnostic, from_validation_error
-    from policy.engine import AdmissionTestSuite
+    from policy.admission.engine import AdmissionTestSuite
+    from policy.spec.diagnostics import Diagnostic, from_validation_error
 
     if not isinstance(data, dict):
         outcome.problems.append(Diagnostic("not-a-mapping", "a suite is a mapping with kind: AdmissionTestSuite",
@@ -114,8 +114,8 @@ def _validate(data: Any, source: SourceMap, outcome: Outcome) -> AdmissionTestSu
 
 def _engine(path: str, suite: AdmissionTestSuite, source: SourceMap, outcome: Outcome) -> Engine | None:
     from cli.inputs import load_spec
-    from policy.engine import Engine
-    from policy.offers import build_admission_policy
+    from policy.admission.engine import Engine
+    from policy.resolved.offers import build_admission_policy
 
     policy, found = load_spec(str(FilePath(path).parent / suite.policy))
     if policy is None:
@@ -144,9 +144,9 @@ def _run_case(path: str, suite: AdmissionTestSuite, index: int, case: SuiteCase,
 def _object_from_file(path: str, case: SuiteCase, source: SourceMap, where: tuple[str | int, ...],
                       outcome: Outcome) -> dict[str, Any] | None:
     from cli.inputs import read_text
-    from policy.diagnostics import Diagnostic
-    from policy.source import parse_documents
-    from policy.workloads import find_workload
+    from policy.admission.workloads import find_workload
+    from policy.spec.diagnostics import Diagnostic
+    from policy.spec.source import parse_documents
 
     assert case.file is not None
     file = str(FilePath(path).parent / case.file)

@@ -16,8 +16,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from cli.inputs import read_text
     from cli.reporters import REPORTER_BY_NAME, Report
-    from policy.diagnostics import Diagnostic
     from policy.load import load_policies
+    from policy.spec.diagnostics import Diagnostic
 
     report = Report()
     for path in args.files:

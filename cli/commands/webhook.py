@@ -110,7 +110,7 @@ def _check_policy(settings: Settings) -> None:
     import yaml
     from pydantic import ValidationError
 
-    from policy.diagnostics import PolicyError
+    from policy.spec.diagnostics import PolicyError
     from webhook.store import parse_policy
 
     path = settings.policy_path

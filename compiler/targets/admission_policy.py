@@ -2,8 +2,8 @@
 
 `render_admission_policies(resolved)` returns ValidatingAdmissionPolicy and Binding objects (admissionregistration
 .k8s.io/v1, GA in Kubernetes 1.30) built from the same admission-policy document the rule engine loads
-(policy/offers.py ``build_admission_policy``): every class, offer, label, taint and tenant reaches the CEL as a typed
-literal, never re-derived here (cel-monitoring.md §1.4).
+(policy/resolved/offers.py ``build_admission_policy``): every class, offer, label, taint and tenant reaches the CEL
+as a typed literal, never re-derived here (cel-monitoring.md §1.4).
 
 Shape (cel-monitoring.md §1.1, §1.5; webhook.md §1.14):
 
@@ -20,8 +20,8 @@ Shape (cel-monitoring.md §1.1, §1.5; webhook.md §1.14):
 
 Never stricter than the webhook. The API server runs ValidatingAdmissionPolicy before the webhooks and only the
 first denial reaches the user, so a VAP denial the engine would not give is a user-visible bug. Each rule's CEL
-mirrors the engine (policy/rules.py) over what CEL can see; where it cannot decide what the engine decides, the
-``undecided`` variable is true, every validation passes and the webhook decides (`NOT_DECIDED`, `NOT_COMPILED`,
+mirrors the engine (policy/admission/rules.py) over what CEL can see; where it cannot decide what the engine decides,
+the ``undecided`` variable is true, every validation passes and the webhook decides (`NOT_DECIDED`, `NOT_COMPILED`,
 docs/validating-admission-policy.md). The equivalence test runs every admission case through both.
 """
 
@@ -36,13 +36,14 @@ from compiler import objects
 from compiler.objects import Obj
 from compiler.targets import admission_policy_cost
 from compiler.targets.admission_webhook import RESOURCE_RULES, excluded_namespaces
-from policy import offers
-from policy.engine import DEFAULT_WHO
-from policy.hami_rules import HamiAdmission
-from policy.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, Spec
-from policy.resolve import GPU, MIG_PREFIX, ResolvedPolicy
-from policy.rules import RULES, ClassView, excludes
-from policy.workloads import GPU_PREFIX, NodeRequirement
+from policy.admission.engine import DEFAULT_WHO
+from policy.admission.rules import RULES, ClassView, excludes
+from policy.admission.vgpu import HamiAdmission
+from policy.admission.workloads import GPU_PREFIX
+from policy.kube.scheduling import NodeRequirement
+from policy.resolved import offers
+from policy.resolved.resolve import GPU, MIG_PREFIX, ResolvedPolicy
+from policy.spec.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, Spec
 
 __all__ = ["ACTIONS", "NOT_COMPILED", "NOT_DECIDED", "PATHS", "PodSpecPath", "cel_rules",
            "policy_names", "render_admission_policies", "report_notes", "variables_of"]
@@ -634,7 +635,7 @@ def _tenant_rule(tainted: bool) -> CelRule:
 
 
 def cel_rules(tainted: bool = False) -> dict[RuleId, CelRule]:
-    """The engine rules CEL decides (policy/rules.py RULES minus `NOT_COMPILED`), in the engine's order."""
+    """The engine rules CEL decides (policy/admission/rules.py RULES minus `NOT_COMPILED`), in the engine's order."""
     no_candidate = f"{v('skip')} || {v('candidates')}.size() > 0"
     first_mismatch = (f"({v('mismatched')}.size() > 0 ? {v('mismatched')}[0] : "
                       f"{v('unknownMismatched')}[0][0])")

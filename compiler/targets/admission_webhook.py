@@ -21,7 +21,7 @@ included) are admitted; only new or re-specified GPU workloads elsewhere wait fo
 
 Tenant routing: one webhook entry per tenant, ``<tenant>.tenants.gpupolicy.dev`` → ``/validate/tenant/<tenant>``,
 selected by the tenant's namespaceSelector, and ``default.gpupolicy.dev`` → ``/validate`` for namespaces no
-tenant selects (the negation of every tenant's one-requirement selector; checks.py refuses the rest).
+tenant selects (the negation of every tenant's one-requirement selector; policy/checks/tenants.py refuses the rest).
 
 Ordering under GitOps. Argo CD sync waves: content-named ConfigMaps ``-1``; ServiceAccount, Service, PDB,
 NetworkPolicy and cert-manager objects ``0``; the Deployment ``1``; the VWC ``2``. Argo waits for each wave
@@ -49,10 +49,12 @@ from typing import Any
 
 from compiler import objects
 from compiler.objects import Obj
-from policy import checks, offers, selectors
-from policy.diagnostics import PolicyError
-from policy.model import Admission, ClusterGPUPolicy, Tenant
-from policy.resolve import ResolvedPolicy
+from policy.checks.tenants import tenant_requirements, tenant_selector_too_complex
+from policy.kube import selectors
+from policy.resolved import offers
+from policy.resolved.resolve import ResolvedPolicy
+from policy.spec.diagnostics import PolicyError
+from policy.spec.model import Admission, ClusterGPUPolicy, Tenant
 
 __all__ = ["MATCH_CONDITIONS", "RESOURCE_RULES", "excluded_namespaces", "render_admission"]
 
@@ -425,7 +427,7 @@ def _webhook_configuration(policy: ClusterGPUPolicy) -> Obj:
     entries = [_webhook(admission, DEFAULT_WEBHOOK, "/validate", default)]
     entries += [
         _webhook(admission, f"{t.name}.{TENANT_WEBHOOK_SUFFIX}", f"/validate/tenant/{t.name}",
-                 [excluded, *checks.tenant_requirements(t)])
+                 [excluded, *tenant_requirements(t)])
         for _, t in tenants
     ]
     return {
@@ -447,9 +449,9 @@ def excluded_namespaces(policy: ClusterGPUPolicy) -> selectors.Requirement:
 
 
 def _negation(tenant: Tenant, index: int) -> selectors.Requirement:
-    negated = selectors.negate(checks.tenant_requirements(tenant))
+    negated = selectors.negate(tenant_requirements(tenant))
     if negated is None:  # validate refuses such a spec; this guards callers that compile unchecked policies
-        raise PolicyError([checks.tenant_selector_too_complex(tenant, index)])
+        raise PolicyError([tenant_selector_too_complex(tenant, index)])
     return negated
 
 

@@ -6,10 +6,10 @@ from typing import Any
 
 from compiler import objects, serialize
 from compiler.objects import Obj
-from policy import releases
-from policy.labels import MPS_CAPABLE
-from policy.model import ClusterGPUPolicy, DevicePlugin
-from policy.resolve import GPU, ResolvedClass, ResolvedPolicy
+from policy.hardware import releases
+from policy.hardware.labels import MPS_CAPABLE
+from policy.resolved.resolve import GPU, ResolvedClass, ResolvedPolicy
+from policy.spec.model import ClusterGPUPolicy, DevicePlugin
 
 PLUGIN_APP = "nvidia-device-plugin"
 MPS_APP = "mps-control-daemon"
@@ -81,7 +81,7 @@ def _flags(plugin: DevicePlugin, node_class: ResolvedClass) -> Obj:
 
 
 def _device_list_strategy(plugin: DevicePlugin) -> Any:
-    """deviceListStrategy as the targeted release parses it (policy/releases.py): one string up to v0.13.0 (the
+    """deviceListStrategy as the targeted release parses it (policy/hardware/releases.py): one string up to v0.13.0 (the
     checks refuse several there), a list only in v0.14.0, either from v0.14.1 on (then as the spec wrote it)."""
     strategy = plugin.flags.device_list_strategy
     strategies = list(plugin.flags.device_list_strategies)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from compiler import objects
 from compiler.objects import Obj
 from compiler.targets import device_plugin
-from policy import operator
-from policy.resolve import ResolvedClass, ResolvedPolicy
+from policy.hardware import operator
+from policy.resolved.resolve import ResolvedClass, ResolvedPolicy
 
 APP = "gpu-feature-discovery"
 FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"

@@ -22,8 +22,8 @@ from __future__ import annotations
 from compiler import objects, serialize
 from compiler.objects import Obj
 from compiler.targets import hami, namespaces
-from policy import hami as hami_facts
-from policy.resolve import ResolvedPolicy
+from policy.resolved.resolve import ResolvedPolicy
+from policy.vgpu import hami as hami_facts
 
 COMPONENT = "flux"
 NAMESPACE = "flux-system"

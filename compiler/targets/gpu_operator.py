@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from compiler import objects
 from compiler.objects import Obj
 from compiler.targets.device_plugin import render_config_text
-from policy.labels import MIG_ALL_DISABLED
-from policy.model import Toleration
-from policy.resolve import ResolvedPolicy
+from policy.hardware.labels import MIG_ALL_DISABLED
+from policy.resolved.resolve import ResolvedPolicy
+from policy.spec.model import Toleration
 
 OPERATOR_CONFIGS = "gpupolicy-device-plugin-configs"
 #: The chart's own daemonsets.tolerations, the same in every release v23.3.0 - v26.7.0
@@ -46,8 +46,8 @@ def render_operator_configs(resolved: ResolvedPolicy) -> Obj:
 def cluster_policy_fields(resolved: ResolvedPolicy, configs: str | None, mig_configs: str | None,
                           dcgm_exporter: Mapping[str, object] | None = None) -> Obj:
     """The ClusterPolicy spec fields gpupolicy decides, and nothing else (every value valid in every operator
-    release v23.3 - v26.7, as policy/operator.py CRD_FIELDS states the CRDs; the dcgmExporter fields of monitoring
-    in the releases its checks allow).
+    release v23.3 - v26.7, as policy/hardware/operator.py CRD_FIELDS states the CRDs; the dcgmExporter fields of
+    monitoring in the releases its checks allow).
 
     devicePlugin.config.default is always written: a default the operator's installer set that is not a key of
     our ConfigMap would crash-loop every unlabelled node's config-manager ("specified config ... does not

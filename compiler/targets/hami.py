@@ -13,7 +13,7 @@ Why HAMi's chart for the rest. The scheduler (a kube-scheduler matching the clus
 webhook and its certificates) is HAMi's supported install and nothing in it is per class. gpupolicy writes a
 values file for that chart (``hami-values.yaml``): HAMi's own device plugin off (it would run one config on
 every GPU node), the resource names, the scheduler name, the scheduler's device-config and, in mixed fleets, the
-webhook's namespaceSelector (policy.hami_scope). `compile --check` covers that file like every other.
+webhook's namespaceSelector (policy.resolved.vgpu_scope). `compile --check` covers that file like every other.
 
 config.json. Each class's ConfigMap also carries ``config.json`` with an empty ``nodeconfig``: the plugin then
 registers its GPUs in hami-core mode (a missing file registers no mode at all). gpupolicy offers no HAMi dynamic
@@ -27,10 +27,10 @@ import json
 from compiler import objects, serialize
 from compiler.objects import Obj
 from compiler.targets import namespaces
-from policy import hami
-from policy.hami_scope import hami_scope
-from policy.model import ClusterGPUPolicy, Hami
-from policy.resolve import ResolvedClass, ResolvedPolicy
+from policy.resolved.resolve import ResolvedClass, ResolvedPolicy
+from policy.resolved.vgpu_scope import hami_scope
+from policy.spec.model import ClusterGPUPolicy, Hami
+from policy.vgpu import hami
 
 PLUGIN_APP = "hami-device-plugin"
 ACCOUNT = "gpupolicy-hami-device-plugin"

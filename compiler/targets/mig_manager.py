@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from compiler import objects, serialize
 from compiler.objects import Obj
-from policy import operator
-from policy.resolve import ResolvedClass, ResolvedPolicy
+from policy.hardware import operator
+from policy.resolved.resolve import ResolvedClass, ResolvedPolicy
 
 APP = "nvidia-mig-manager"
 ACCOUNT = "gpupolicy-mig-manager"
@@ -106,7 +106,7 @@ def _rbac(resolved: ResolvedPolicy, image: str, clients_namespaces: list[str]) -
 
 def clients_namespace(resolved: ResolvedPolicy, node_class: ResolvedClass) -> str:
     """Where the MIG manager of a class waits for the class's GPU clients: the namespace of the device plugin that
-    serves it (HAMi's for a vgpu class, whose GFD then lives there too: policy.hami_checks)."""
+    serves it (HAMi's for a vgpu class, whose GFD then lives there too: policy.checks.vgpu)."""
     if node_class.vgpu is not None:
         return resolved.spec.hami.namespace
     return resolved.spec.device_plugin.namespace

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from compiler import objects, serialize
 from compiler.objects import Obj
-from policy.labels import MIG_ALL_DISABLED
-from policy.resolve import ResolvedClass, ResolvedPolicy
+from policy.hardware.labels import MIG_ALL_DISABLED
+from policy.resolved.resolve import ResolvedClass, ResolvedPolicy
 
 CONFIG_KEY = "config.yaml"  # the key mig-manager reads from a custom ConfigMap (mig.md §5)
 CONFIG_MAP = "gpupolicy-mig-parted-config"

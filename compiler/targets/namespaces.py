@@ -19,8 +19,8 @@ from collections.abc import Mapping
 
 from compiler import objects
 from compiler.objects import Obj
-from policy import node_labels
-from policy.resolve import ResolvedPolicy
+from policy.resolved import node_labels
+from policy.resolved.resolve import ResolvedPolicy
 
 #: Namespaces every cluster has: never written, never owned.
 BUILT_IN = frozenset({"default", "kube-node-lease", "kube-public", "kube-system"})

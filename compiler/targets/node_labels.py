@@ -1,5 +1,5 @@
 """The node-label reconciler's Deployment: `gpupolicy cluster reconcile-labels` in the webhook's image, reading
-the label plan (policy.node_labels) from a content-named ConfigMap, with RBAC to read and patch nodes and to
+the label plan (policy.resolved.node_labels) from a content-named ConfigMap, with RBAC to read and patch nodes and to
 report conflicts as events, and nothing else. Pod Security "restricted" like the webhook.
 
 RBAC cannot narrow a patch to some label keys: `patch nodes` lets its holder change any label, taint or annotation of
@@ -16,9 +16,9 @@ from collections.abc import Mapping
 
 from compiler import objects
 from compiler.objects import Obj
-from policy import node_labels
-from policy.node_labels import LabelPlan
-from policy.resolve import ResolvedPolicy
+from policy.resolved import node_labels
+from policy.resolved.node_labels import LabelPlan
+from policy.resolved.resolve import ResolvedPolicy
 
 NAME = "gpupolicy-node-labels"
 PLAN_KEY = "plan.json"

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from policy import catalog, mig, releases, sizing
-from policy.catalog import MigGeometry, MigProfile
+from policy.hardware import catalog, mig, releases, sizing
+from policy.hardware.catalog import MigGeometry, MigProfile
 from policy.plan.figures import MODES, PlanMode
 from policy.plan.inventory import Workload
-from policy.resolve import ResolvedClass, ResolvedPolicy
+from policy.resolved.resolve import ResolvedClass, ResolvedPolicy
 
 __all__ = ["Candidate", "Target", "candidates", "seed001_card", "target_for_model", "targets_for_policy"]
 
@@ -281,7 +281,7 @@ def _release(target: Target) -> releases.Release:
 
 def _starts(geometry: MigGeometry, layout: mig.Layout, release: releases.Release) -> bool:
     """Whether the targeted device-plugin release starts with the layout under mixed, as the drafted spec writes
-    it (a double-memory 1g before v0.14.0 does not; policy/releases.py)."""
+    it (a double-memory 1g before v0.14.0 does not; policy/hardware/releases.py)."""
     profiles = [p for name, _ in layout if (p := geometry.profile(name)) is not None]
     return all((a := releases.advertise(release, geometry, p, "mixed")).starts and a.certain for p in profiles)
 

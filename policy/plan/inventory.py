@@ -19,10 +19,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictInt, ValidationError, field_validator
 
-from policy import catalog, workloads
-from policy.diagnostics import Diagnostic, Path, Span, from_validation_error
-from policy.model import MemoryMiB, Model
-from policy.source import parse_documents
+from policy.admission import workloads
+from policy.hardware import catalog
+from policy.spec.diagnostics import Diagnostic, Path, Span, from_validation_error
+from policy.spec.model import MemoryMiB, Model
+from policy.spec.source import parse_documents
 
 __all__ = [
     "INVENTORY_KIND",

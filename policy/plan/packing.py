@@ -12,7 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from policy import mig
+from policy.hardware import mig
 from policy.plan.candidates import Candidate, Target, usable_mib
 from policy.plan.inventory import Workload
 

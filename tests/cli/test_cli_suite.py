@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from cli.main import main
-from policy.model import RuleId
 from policy.schemas import render_schemas
+from policy.spec.model import RuleId
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples" / "clusters").glob("*/admission-tests.yaml"))

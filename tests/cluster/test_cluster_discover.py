@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from cluster import discover, facts
 from cluster.resources import Node, Snapshot, node_from
 from compiler import compile_policy
-from policy import selectors
+from policy.kube import selectors
 from policy.load import load_policy
 
 # What the seed's article measured per process (L20 4621 MiB, T4 4401 MiB) and the example's descriptions.

@@ -2,7 +2,7 @@
 
 HAMi's device plugin registers each node's GPUs in the annotation hami.io/node-nvidia-register (JSON since v2.8.0);
 its scheduler reads its device-config from the ConfigMap <release>-scheduler-device. The records below are shaped
-like the API server returns them; the annotation values follow a real v2.8.0 node (policy/hami.py cites it).
+like the API server returns them; the annotation values follow a real v2.8.0 node (policy/vgpu/hami.py cites it).
 """
 
 from __future__ import annotations

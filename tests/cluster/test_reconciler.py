@@ -19,7 +19,7 @@ from fake_apiserver import FakeApiServer, Fault, serve
 from cluster import reconciler, snapshot
 from compiler import compile_policy
 from policy.load import load_policy_or_raise
-from policy.node_labels import FIELD_MANAGER, ClassLabels, LabelPlan, build_plan, plan_from_json
+from policy.resolved.node_labels import FIELD_MANAGER, ClassLabels, LabelPlan, build_plan, plan_from_json
 
 FLEET = ROOT / "examples" / "clusters" / "mixed-fleet" / "cluster.yaml"
 MIG = "nvidia.com/mig.config"
@@ -30,7 +30,7 @@ def fleet_plan(text: str | None = None) -> LabelPlan:
     tree = compile_policy(policy)
     configmap = yaml.safe_load(tree["node-labels/configmap.yaml"])
     plan = plan_from_json(configmap["data"]["plan.json"])
-    from policy.resolve import resolve
+    from policy.resolved.resolve import resolve
 
     assert plan == build_plan(resolve(policy))  # the ConfigMap carries exactly the plan policy/ computes
     return plan

@@ -1,5 +1,5 @@
 """What a GPU Operator release's ClusterPolicy CRD makes of an object, for the tests: the JSON Schema
-policy/operator.py renders from its table of the CRD's facts, and the fields that table does not declare."""
+policy/hardware/operator.py renders from its table of the CRD's facts, and the fields that table does not declare."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import jsonschema
 
-from policy import operator
+from policy.hardware import operator
 
 
 def validator(release: operator.Release | None, *, patch: bool = False) -> jsonschema.Validator:

@@ -27,8 +27,8 @@ from external_tools import require_tool
 from compiler.targets import admission_policy, admission_webhook, device_plugin, gpu_operator, hami, node_labels
 from compiler.targets.monitoring import modes, rules
 from compiler.targets.monitoring import signals as sig
-from policy.model import ClusterGPUPolicy, Monitoring
-from policy.resolve import ResolvedClass, ResolvedPolicy
+from policy.resolved.resolve import ResolvedClass, ResolvedPolicy
+from policy.spec.model import ClusterGPUPolicy, Monitoring
 
 MINUTES = 200
 """Length of every series, one sample a minute."""

@@ -18,10 +18,12 @@ import yaml
 
 from compiler.targets import admission_webhook
 from compiler.targets.admission_webhook import MATCH_CONDITIONS
-from policy import checks, offers, selectors
-from policy.diagnostics import PolicyError
-from policy.model import ClusterGPUPolicy
-from policy.resolve import resolve
+from policy.checks.tenants import tenant_requirements
+from policy.kube import selectors
+from policy.resolved import offers
+from policy.resolved.resolve import resolve
+from policy.spec.diagnostics import PolicyError
+from policy.spec.model import ClusterGPUPolicy
 
 Obj = dict[str, Any]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "clusters"
@@ -726,7 +728,7 @@ def test_every_namespace_is_routed_to_its_matching_tenants_or_else_to_the_defaul
     ]
     policy = policy_from(data)
     vwc = webhook_configuration(policy)
-    tenant_reqs = {t.name: checks.tenant_requirements(t) for t in policy.spec.tenants}
+    tenant_reqs = {t.name: tenant_requirements(t) for t in policy.spec.tenants}
     choices = {"team": [None, "a", "b"], "gpu": [None, ""], "env": [None, "dev", "prod"], "owner": [None, "x"]}
     for values in itertools.product(*choices.values()):
         labels = namespace_labels("ns", **{k: v for k, v in zip(choices, values, strict=True) if v is not None})

@@ -27,14 +27,14 @@ from compiler import compile_policy
 from compiler.targets import admission_policy
 from compiler.targets.admission_policy import render_admission_policies
 from compiler.targets.admission_policy_cost import PER_CALL_LIMIT, POLICY_BUDGET, estimate_policy
-from policy.engine import NOT_CHECKED, Engine
-from policy.hami_rules import HamiAdmission
+from policy.admission.engine import NOT_CHECKED, Engine
+from policy.admission.rules import RULES
+from policy.admission.vgpu import HamiAdmission
+from policy.admission.workloads import Workload, find_workload, read_gpu_request, read_placement
 from policy.load import load_policy
-from policy.model import VAP_MINOR, ClusterGPUPolicy
-from policy.offers import build_admission_policy
-from policy.resolve import resolve
-from policy.rules import RULES
-from policy.workloads import Workload, find_workload, read_gpu_request, read_placement
+from policy.resolved.offers import build_admission_policy
+from policy.resolved.resolve import resolve
+from policy.spec.model import VAP_MINOR, ClusterGPUPolicy
 
 Obj = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from compiler.targets.admission_policy_cost import (
     PolicyCost,
     estimate_policy,
 )
-from policy.workloads import find_workload
+from policy.admission.workloads import find_workload
 
 Obj = dict[str, Any]
 CLUSTERS = ("tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform")

@@ -15,8 +15,8 @@ from external_tools import require_tool
 
 from compiler import compile_policy
 from compiler.targets import flux, gpu_operator, hami
-from policy.model import ClusterGPUPolicy
-from policy.resolve import resolve
+from policy.resolved.resolve import resolve
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from cli.main import main as gpupolicy
 from compiler import compile_policy
 from compiler.targets import gpu_operator, hami
 from compiler.tree import Tree
-from policy.model import ClusterGPUPolicy
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 ROOT = Path(__file__).resolve().parents[2]

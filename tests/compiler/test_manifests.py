@@ -19,8 +19,8 @@ from jsonschema import Draft202012Validator
 from compiler import compile_policy
 from compiler.targets import device_plugin, gpu_operator, hami, monitoring
 from compiler.tree import Tree
-from policy.model import ClusterGPUPolicy
-from policy.resolve import resolve
+from policy.resolved.resolve import resolve
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,7 +276,7 @@ MPS_CLASS = """    - name: a100-mps
 
 def test_operator_mode_follows_the_mig_classes_strategy_cluster_wide(example_policy: Load) -> None:
     # The ClusterPolicy's mig.strategy reaches every plugin as MIG_STRATEGY env, which beats the file
-    # (device-plugin.md §7); a class that needs another strategy is a validation error (checks.py).
+    # (device-plugin.md §7); a class that needs another strategy is a validation error (policy/checks/).
     policy = example_policy("h20-mig")
     tree = compile_policy(policy)
     assert yaml.safe_load(tree[gpu_operator.VALUES_FILE])["mig"] == {"strategy": "mixed"}

@@ -23,7 +23,7 @@ import yaml
 from compiler import compile_policy
 from compiler.tree import Tree
 from policy.load import load_policy
-from policy.model import ClusterGPUPolicy
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "clusters"

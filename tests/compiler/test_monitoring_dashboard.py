@@ -17,8 +17,8 @@ from prometheus_cluster import check_queries, fleet, healthy, promtool
 
 from compiler import compile_policy
 from compiler.targets.monitoring import dashboard
-from policy.model import ClusterGPUPolicy
-from policy.resolve import resolve
+from policy.resolved.resolve import resolve
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,9 +23,9 @@ from compiler import compile_policy
 from compiler.targets import gpu_operator
 from compiler.targets.monitoring import collectors, rules
 from compiler.targets.monitoring import signals as sig
-from policy import operator
-from policy.model import ClusterGPUPolicy
-from policy.resolve import resolve
+from policy.hardware import operator
+from policy.resolved.resolve import resolve
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 EXAMPLES = ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"]

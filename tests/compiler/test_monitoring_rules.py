@@ -14,8 +14,8 @@ from prometheus_cluster import MINUTES, SCENARIOS, Scenario, check_rules, health
 
 from compiler import compile_policy
 from compiler.targets.monitoring import rules
-from policy.model import ClusterGPUPolicy
-from policy.resolve import resolve
+from policy.resolved.resolve import resolve
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 EXAMPLES = ["tke-l20-t4", "mixed-fleet", "h20-mig", "vgpu-platform"]

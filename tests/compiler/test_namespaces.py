@@ -14,8 +14,8 @@ from test_admission_manifests import restricted_violations
 from compiler import compile_policy
 from compiler.targets import flux, gpu_operator, hami, namespaces
 from compiler.tree import Tree
-from policy.model import ClusterGPUPolicy
-from policy.resolve import resolve
+from policy.resolved.resolve import resolve
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 ROOT = Path(__file__).resolve().parents[2]

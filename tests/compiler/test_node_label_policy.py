@@ -15,9 +15,9 @@ from cel_k8s import evaluate
 from cluster import reconciler
 from compiler import compile_policy
 from compiler.targets import node_labels
-from policy.model import ClusterGPUPolicy
-from policy.node_labels import build_plan
-from policy.resolve import resolve
+from policy.resolved.node_labels import build_plan
+from policy.resolved.resolve import resolve
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 Obj = dict[str, Any]

@@ -1,7 +1,7 @@
 """deploy gpu-operator beside the operator's own installer: the apply replayed against the managedFields of a
 Helm-installed and a console-created ClusterPolicy (tests/server_side_apply.py computes ownership and conflicts),
 and every emitted field checked against what the ClusterPolicy CRD of every supported operator release says of it
-(policy/operator.py CRD_FIELDS, read from each release's CRD)."""
+(policy/hardware/operator.py CRD_FIELDS, read from each release's CRD)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from server_side_apply import ManagedObject
 
 from compiler import compile_policy
 from compiler.targets import gpu_operator
-from policy import operator
-from policy.model import ClusterGPUPolicy
+from policy.hardware import operator
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 ROOT = Path(__file__).resolve().parents[2]

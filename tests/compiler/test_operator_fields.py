@@ -12,7 +12,7 @@ import yaml
 
 from compiler import compile_policy
 from compiler.tree import Tree
-from policy.model import ClusterGPUPolicy
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 DOC = Path(__file__).resolve().parents[2] / "docs" / "ci-and-gitops.md"

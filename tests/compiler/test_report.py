@@ -7,8 +7,8 @@ from pathlib import Path
 
 from compiler import report
 from policy.load import load_policy_or_raise
-from policy.model import ClusterGPUPolicy
-from policy.resolve import resolve
+from policy.resolved.resolve import resolve
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 

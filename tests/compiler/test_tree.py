@@ -12,7 +12,7 @@ import yaml
 from compiler import compile_policy
 from compiler.targets import gpu_operator, hami
 from compiler.tree import MARKER, Tree
-from policy.model import ClusterGPUPolicy
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 

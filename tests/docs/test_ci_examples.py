@@ -550,8 +550,8 @@ def test_the_compiled_rules_and_dashboard_use_only_metrics_the_webhook_and_the_r
 
 
 def test_the_operations_guide_troubleshoots_every_validation_code_and_admission_rule() -> None:
-    from policy.diagnostics import Code
-    from policy.model import RuleId
+    from policy.spec.diagnostics import Code
+    from policy.spec.model import RuleId
 
     text = OPERATIONS.read_text()
     missing = [c for c in get_args(Code) if f"| `{c}` |" not in text]

@@ -9,9 +9,9 @@ from typing import get_args
 import pytest
 import specdoc
 
-from policy.diagnostics import Code
 from policy.load import load_policy
-from policy.model import RuleId
+from policy.spec.diagnostics import Code
+from policy.spec.model import RuleId
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "docs" / "spec-reference.md"
@@ -47,8 +47,8 @@ def test_every_code_with_a_fixture_shows_the_fixture_and_the_finding_it_produces
 
 
 def test_the_reference_lists_every_field_of_every_schema_object() -> None:
-    from policy.model import ClusterGPUPolicy
     from policy.schemas import schema_for
+    from policy.spec.model import ClusterGPUPolicy
 
     schema = schema_for(ClusterGPUPolicy, "cluster-policy.schema.json", "")
     text = REFERENCE.read_text(encoding="utf-8")

@@ -1,7 +1,7 @@
 """What a k8s-device-plugin release advertises a MIG device as: a second implementation, for the tests only.
 
 Written from NVIDIA/k8s-device-plugin's source at each tag (`dp@<tag>:<path>`), independently of
-policy/releases.py: it keeps its own tables (GI profile ID -> NVML enum per chip, per-release constants), names
+policy/hardware/releases.py: it keeps its own tables (GI profile ID -> NVML enum per chip, per-release constants), names
 profiles from their memory with go-nvlib's own formula instead of reading the catalog's names, and matches
 with Python's `re` the way the plugin's Go regexp does. Where the two implementations disagree, one of them
 misread the source.
@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from policy.catalog import GpuModel, MigProfile
+from policy.hardware.catalog import GpuModel, MigProfile
 
 EXIT = "exit"
 """The plugin does not start: the DaemonSet pod crash-loops and the node advertises nothing."""

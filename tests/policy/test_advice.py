@@ -8,10 +8,10 @@ from typing import get_args
 
 import pytest
 
-from policy import advice
-from policy.diagnostics import Diagnostic
+from policy.checks import advice
 from policy.load import load_policy
-from policy.model import ClusterGPUPolicy
+from policy.spec.diagnostics import Diagnostic
+from policy.spec.model import ClusterGPUPolicy
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "clusters").glob("*/cluster.yaml"))
 
@@ -205,7 +205,7 @@ def test_time_sliced_mig_profiles_too_small_per_replica_are_warned_at_the_profil
                                      "{mig: {layout: {1g.10gb: 7}, timeSlicing: {1g.10gb: 4}}}"])
 def test_the_share_per_replica_is_the_offer_s_slot_memory(sharing: str) -> None:
     # One figure for what a slot can count on: the offer's, which admission, REPORT.md and the pictures show.
-    from policy.resolve import resolve
+    from policy.resolved.resolve import resolve
 
     model = "T4" if "timeSlicing: {replicas" in sharing else "H100"
     policy = policy_of(f"""\

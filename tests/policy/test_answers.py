@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from test_engine import engine_for
 
-from policy.engine import Decision, Engine
+from policy.admission.engine import Decision, Engine
 from policy.load import load_policy
-from policy.offers import build_admission_policy
+from policy.resolved.offers import build_admission_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU = "nvidia.com/gpu"
@@ -173,7 +173,7 @@ def test_time_sliced_mig_is_named_mig_plus_time_slicing_in_denials() -> None:
 
 
 def test_a_mig_class_with_gpus_left_whole_is_still_named_mig() -> None:
-    from policy.resolve import resolve
+    from policy.resolved.resolve import resolve
 
     path = ROOT / "examples" / "clusters" / "mixed-fleet" / "cluster.yaml"
     text = path.read_text(encoding="utf-8").replace(

@@ -8,7 +8,7 @@ from importlib import resources
 
 import pytest
 
-from policy import catalog
+from policy.hardware import catalog
 
 # Products the catalog must know (the brief's coverage list), by the label GFD writes.
 REQUIRED_PRODUCTS = (
@@ -32,7 +32,7 @@ models:
 
 
 def packaged_text() -> str:
-    return resources.files("policy").joinpath("catalog.yaml").read_text(encoding="utf-8")
+    return resources.files("policy.hardware").joinpath("catalog.yaml").read_text(encoding="utf-8")
 
 
 def model(name: str) -> catalog.GpuModel:

@@ -1,5 +1,5 @@
-"""What a class needs from the NVIDIA driver (policy/drivers.py), resolved once per class and checked against the
-driver a spec states."""
+"""What a class needs from the NVIDIA driver (policy/hardware/drivers.py), resolved once per class and checked
+against the driver a spec states."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from policy import drivers
+from policy.hardware import drivers
 from policy.load import LoadResult, load_policy
-from policy.model import ClusterGPUPolicy
-from policy.resolve import resolve
+from policy.resolved.resolve import resolve
+from policy.spec.model import ClusterGPUPolicy
 
 Load = Callable[..., ClusterGPUPolicy]
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,10 +14,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pod_controllers import CONTROLLERS
 
-from policy.diagnostics import Diagnostic
-from policy.engine import Decision, Engine
+from policy.admission.engine import Decision, Engine
 from policy.load import load_policy
-from policy.offers import AdmissionPolicy, build_admission_policy
+from policy.resolved.offers import AdmissionPolicy, build_admission_policy
+from policy.spec.diagnostics import Diagnostic
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "examples" / "clusters"
@@ -138,7 +138,7 @@ def test_warnings_never_exceed_120_characters() -> None:
 
 
 def test_a_denial_quotes_a_megabyte_field_value_in_a_bounded_message() -> None:
-    from policy.diagnostics import MAX_QUOTED_CHARS
+    from policy.spec.diagnostics import MAX_QUOTED_CHARS
 
     engine = engine_for("tke-l20-t4")
     obj = deployment({GPU: 2}, name="n" * 1_000_000)

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from test_engine import admission_policy
 from test_fix_corpus import pods
 
-from policy import engine as engine_module
-from policy.engine import Decision, Engine
+from policy.admission import engine as engine_module
+from policy.admission.engine import Decision, Engine
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from json_patch import apply_patch
 from test_engine import engine_for
 
-from policy.engine import Decision, Engine
+from policy.admission.engine import Decision, Engine
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "examples" / "clusters"
@@ -121,7 +121,7 @@ LABELS = {"mixed-fleet": ["node-pool=t4-dev", "node-pool=a100-mps", "node-pool=h
 NAMESPACES = {"mixed-fleet": [{}, {"gpu-tier": "prod"}, {"gpu-tier": "research"}, {"gpu-tier": "sandbox"}],
               "tke-l20-t4": [{}], "h20-mig": [{}, {"gpu-tier": "inference"}],
               "vgpu-platform": [{}, {"gpu-tier": "prod"}, {"gpu-tier": "platform"}, {"gpu-tier": "dev"}]}
-# What HAMi's rules read besides resources (policy.hami_rules): the scheduler, annotations, privileged containers.
+# What HAMi's rules read besides resources (policy.admission.vgpu): the scheduler, annotations, privileged containers.
 SCHEDULERS = st.sampled_from([None, None, None, "hami-scheduler", "default-scheduler", "volcano"])
 ANNOTATIONS = st.sampled_from([{}, {}, {"nvidia.com/use-gputype": "H100"}, {"nvidia.com/vgpu-mode": "mig"},
                                {"hami.io/gpu-scheduler-policy": "binpack,topology"}])

@@ -6,10 +6,11 @@ import json
 
 import pytest
 
-from policy import hami, selectors
-from policy.hami_scope import NO_NAMESPACE, hami_scope
+from policy.kube import selectors
 from policy.load import load_policy
-from policy.resolve import ResolvedPolicy, resolve
+from policy.resolved.resolve import ResolvedPolicy, resolve
+from policy.resolved.vgpu_scope import NO_NAMESPACE, hami_scope
+from policy.vgpu import hami
 
 BASE = """
 apiVersion: gpupolicy.dev/v1alpha1
@@ -211,7 +212,7 @@ def test_the_operator_namespace_is_kept_from_hamis_webhook() -> None:
 
 
 def test_the_admission_policy_carries_what_hamis_scheduler_knows_of_each_class() -> None:
-    from policy.offers import build_admission_policy
+    from policy.resolved.offers import build_admission_policy
 
     document = json.loads(build_admission_policy(loaded(BASE)).to_json())
     assert document["hami"]["classes"] == [{"card_memory_mib": 36854, "cores": 150, "gpu_type": "NVIDIA-L40S",

@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy.engine import Decision, Engine
-from policy.hami_rules import HamiAdmission
+from policy.admission.engine import Decision, Engine
+from policy.admission.vgpu import HamiAdmission
 from policy.load import load_policy_or_raise
-from policy.offers import build_admission_policy
+from policy.resolved.offers import build_admission_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 PLATFORM = ("platform",)

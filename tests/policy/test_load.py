@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from policy.diagnostics import PolicyError
 from policy.load import load_policies, load_policy, load_policy_or_raise
-from policy.resolve import resolve
+from policy.resolved.resolve import resolve
+from policy.spec.diagnostics import PolicyError
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "clusters").glob("*/cluster.yaml"))
 

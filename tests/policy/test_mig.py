@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy import catalog, mig
+from policy.hardware import catalog, mig
 
 MIG_MODELS = tuple(m for m in catalog.models() if m.mig is not None)
 

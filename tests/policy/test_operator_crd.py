@@ -1,4 +1,4 @@
-"""The table of ClusterPolicy CRD facts (policy/operator.py CRD_FIELDS): consistent release by release, and the
+"""The table of ClusterPolicy CRD facts (policy/hardware/operator.py CRD_FIELDS): consistent release by release, and the
 JSON Schema rendered from it refuses what each release's CRD refuses."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 
-from policy import operator
+from policy.hardware import operator
 
 RELABELING = {"action": "replace", "sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from policy import diagnostics
-from policy.diagnostics import MAX_LINE_CHARS, MAX_QUOTED_CHARS, bounded, quotable
+from policy.spec import diagnostics
+from policy.spec.diagnostics import MAX_LINE_CHARS, MAX_QUOTED_CHARS, bounded, quotable
 
 # Characters that matter: blanks that break a run (ASCII and not), what JSON escapes, multi-byte UTF-8.
 ALPHABET = st.sampled_from(['a', 'b', ' ', '"', '\\', '\n', '\t', '\u00a0', '\u2028', 'é', '/', '\x00'])

@@ -1,6 +1,6 @@
 """Device-plugin releases: what each really advertises a MIG profile as, and what the compiled output promises.
 
-Two implementations are held against a table of upstream facts and against each other: policy/releases.py
+Two implementations are held against a table of upstream facts and against each other: policy/hardware/releases.py
 (what every consumer reads) and tests/policy/plugin_reference.py (written separately from the same source).
 """
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from plugin_reference import EXIT, advertised, enum_of
 
 from compiler import compile_policy
-from policy import catalog, mig, releases
+from policy.hardware import catalog, mig, releases
 from policy.load import load_policy
 
 GPU = "nvidia.com/gpu"
@@ -225,8 +225,8 @@ def test_a_lone_media_profile_before_v0_20_is_promised_under_the_name_the_plugin
 
 
 def test_the_admission_engine_denies_the_name_the_plugin_never_advertises_and_hints_the_one_it_does() -> None:
-    from policy.engine import Engine
-    from policy.offers import build_admission_policy
+    from policy.admission.engine import Engine
+    from policy.resolved.offers import build_admission_policy
 
     result = load(sharing="{mig: {strategy: mixed, layout: {1g.10gb+me: 1, 2g.20gb: 3}}}")
     engine = Engine(build_admission_policy(result.resolved))
@@ -400,7 +400,7 @@ def test_mig_on_a_model_the_catalog_does_not_know_says_the_table_is_missing_not_
     unknown = load_policy(text, filename="demo.yaml")
     (d,) = [d for d in unknown.diagnostics if d.code == "mig-unsupported-gpu"]
     assert d.message.startswith("gpupolicy's catalog has no MIG profile table for NVIDIA-H100-97GB")
-    assert "does not support MIG" not in d.message and "policy/catalog.yaml" in d.hint
+    assert "does not support MIG" not in d.message and "policy/hardware/catalog.yaml" in d.hint
     t4 = load("v0.17.1", "T4", 1, "{mig: {strategy: mixed, layout: {1g.5gb: 1}}}")
     assert [d.message for d in t4.diagnostics if d.code == "mig-unsupported-gpu"] == ["Tesla-T4 does not support MIG"]
 

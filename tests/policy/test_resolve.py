@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from compiler import compile_policy
-from policy import resolve as resolve_module
 from policy.load import load_policy
-from policy.offers import build_admission_policy
-from policy.resolve import resolve
+from policy.resolved import resolve as resolve_module
+from policy.resolved.offers import build_admission_policy
+from policy.resolved.resolve import resolve
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples" / "clusters").glob("*/cluster.yaml"))
 

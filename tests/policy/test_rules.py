@@ -8,14 +8,15 @@ from unittest.mock import ANY
 
 import pytest
 
-from policy import rules
-from policy.diagnostics import Diagnostic
-from policy.engine import Engine
+from policy.admission import rules
+from policy.admission.engine import Engine
+from policy.admission.rules import ClassView, placement_conflict
+from policy.admission.workloads import find_workload, read_placement
+from policy.kube.scheduling import Placement
 from policy.load import load_policy
-from policy.model import RuleId
-from policy.offers import ALL_RULES, build_admission_policy
-from policy.rules import ClassView, placement_conflict
-from policy.workloads import Placement, find_workload, read_placement
+from policy.resolved.offers import ALL_RULES, build_admission_policy
+from policy.spec.diagnostics import Diagnostic
+from policy.spec.model import RuleId
 
 GPU = "nvidia.com/gpu"
 LIMIT = ("spec", "containers", 0, "resources", "limits")

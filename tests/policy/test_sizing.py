@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from policy import sizing
+from policy.hardware import sizing
 
 # ---- size_replicas --------------------------------------------------------------------------------------------
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from policy.diagnostics import Span
-from policy.source import parse_documents
+from policy.spec.diagnostics import Span
+from policy.spec.source import parse_documents
 
 
 def only(text: str):
@@ -107,7 +107,7 @@ def test_every_complex_key_is_refused_wherever_it_sits(text: str) -> None:
 
 
 def test_keys_count_towards_the_node_limit(monkeypatch: pytest.MonkeyPatch) -> None:
-    from policy import source
+    from policy.spec import source
 
     monkeypatch.setattr(source, "_MAX_NODES", 100)
     assert only("".join(f"k{i}: \n" for i in range(49))).data is not None  # 1 + 49 keys + 49 values

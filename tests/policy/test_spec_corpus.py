@@ -11,7 +11,7 @@ from typing import get_args
 import pytest
 
 from cli.main import main
-from policy.diagnostics import Code
+from policy.spec.diagnostics import Code
 
 CORPUS = Path(__file__).parent.parent / "fixtures" / "specs" / "bad"
 CASES = sorted(CORPUS.glob("*/*.yaml"))

@@ -8,8 +8,17 @@ from typing import Any
 import pytest
 from pod_controllers import CONTROLLERS
 
-from policy import workloads
-from policy.quantity import (
+from policy.admission import workloads
+from policy.admission.workloads import (
+    Amount,
+    ContainerRequest,
+    GpuRequest,
+    RequestProblem,
+    find_workload,
+    read_gpu_request,
+    read_placement,
+)
+from policy.kube.quantity import (
     FORMAT_ERROR,
     NEGATIVE_ERROR,
     NOT_INTEGER_ERROR,
@@ -18,18 +27,7 @@ from policy.quantity import (
     parse_count,
     parse_quantity,
 )
-from policy.workloads import (
-    AffinityTerm,
-    Amount,
-    ContainerRequest,
-    GpuRequest,
-    NodeRequirement,
-    Placement,
-    RequestProblem,
-    find_workload,
-    read_gpu_request,
-    read_placement,
-)
+from policy.kube.scheduling import AffinityTerm, NodeRequirement, Placement
 
 GPU = "nvidia.com/gpu"
 

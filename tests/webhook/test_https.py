@@ -35,7 +35,7 @@ from webhook_support import (
 )
 
 from cli.main import main as gpupolicy
-from policy.offers import AdmissionPolicy
+from policy.resolved.offers import AdmissionPolicy
 from webhook import tls
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from policy.load import load_policy_or_raise
-from policy.offers import AdmissionPolicy, build_admission_policy
+from policy.resolved.offers import AdmissionPolicy, build_admission_policy
 
 ROOT = Path(__file__).parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "admission-reviews"
@@ -134,7 +134,7 @@ def admission_review(obj: Mapping[str, Any] | None, *, operation: str = "CREATE"
     return {"apiVersion": api_version, "kind": "AdmissionReview", "request": request}
 
 
-# --- a scripted stand-in for policy.engine.Engine ---------------------------------------------------------
+# --- a scripted stand-in for policy.admission.engine.Engine ---------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from compiler.objects import Obj
 from compiler.targets import admission_webhook, node_labels
 from compiler.targets.monitoring import collectors, dashboard, rules
 from compiler.targets.monitoring.promql import render_lines
-from policy.resolve import ResolvedPolicy
+from policy.resolved.resolve import ResolvedPolicy
 
 __all__ = ["COMPONENT", "dcgm_exporter_fields", "render_dcgm_metrics", "render_monitoring"]
 

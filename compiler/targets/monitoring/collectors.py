@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from compiler import objects
 from compiler.targets.monitoring import rules
-from policy import labels as node_labels
-from policy.resolve import ResolvedPolicy
+from policy.hardware import labels as node_labels
+from policy.resolved.resolve import ResolvedPolicy
 
 DCGM_CSV_KEY = "dcgm-metrics.csv"  # the key the GPU Operator mounts (gpu-operator controllers/object_controls.go)
 DCGM_CONFIG_MAP = "gpupolicy-dcgm-metrics"

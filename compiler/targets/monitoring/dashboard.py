@@ -32,7 +32,7 @@ from compiler.targets.monitoring.promql import (
     render,
     sel,
 )
-from policy.resolve import ResolvedClass
+from policy.resolved.resolve import ResolvedClass
 
 Obj = dict[str, Any]
 SCHEMA_VERSION = 41

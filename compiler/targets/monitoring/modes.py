@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policy.resolve import ResolvedClass
+from policy.resolved.resolve import ResolvedClass
 
 
 @dataclass(frozen=True)

@@ -49,11 +49,11 @@ from compiler.targets.monitoring.promql import (
     unless,
 )
 from compiler.targets.monitoring.promql import String as Str
-from policy import labels as label_keys
-from policy import node_labels as label_plan
-from policy import sizing
-from policy.model import Monitoring
-from policy.resolve import ResolvedClass, ResolvedPolicy
+from policy.hardware import labels as label_keys
+from policy.hardware import sizing
+from policy.resolved import node_labels as label_plan
+from policy.resolved.resolve import ResolvedClass, ResolvedPolicy
+from policy.spec.model import Monitoring
 
 # The series the recording rules write.
 NODE_CLASS = "gpupolicy:node_class:info"

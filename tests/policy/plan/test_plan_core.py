@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from policy import mig
+from policy.hardware import mig
 from policy.load import load_policy
-from policy.model import SHARING_MODES
 from policy.plan import candidates, figures, inventory, recommend, simulate
+from policy.spec.model import SHARING_MODES
 
 ROOT = Path(__file__).resolve().parents[3]
 FIGURES = figures.Figures()
@@ -262,7 +262,8 @@ def test_time_slicing_oversubscribed_memory_ooms_and_retries() -> None:
 @pytest.mark.parametrize(("version", "double_memory"), [("v0.13.0", False), ("v0.14.0", True)])
 def test_mig_candidates_are_only_layouts_the_targeted_plugin_release_starts_with(version: str,
                                                                                 double_memory: bool) -> None:
-    """v0.12 and v0.13 exit at start on the double-memory 1g profile (policy/releases.py): not a candidate there."""
+    """v0.12 and v0.13 exit at start on the double-memory 1g profile (policy/hardware/releases.py): not a candidate
+    there."""
     target = candidates.target_for_model("H100", plugin=tuple(int(x) for x in version[1:].split(".")))
     assert target is not None
     workloads = _inventory("workloads: [{name: a, replicas: 4, memory: 9Gi, smActivity: 0.2}]").workloads

@@ -22,13 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from policy import hami
-from policy.diagnostics import Diagnostic, Path, did_you_mean
-from policy.fixes import Fix, RemoveField, RemoveResource, SetAmount, SetField, SetNodeSelector
-from policy.model import RuleId, RuleMode
-from policy.offers import AdmissionPolicy, HamiDoc, VgpuClassDoc
-from policy.quantity import parse_count
-from policy.workloads import Amount, ContainerRequest, GpuRequest, Workload
+from policy.admission.fixes import Fix, RemoveField, RemoveResource, SetAmount, SetField, SetNodeSelector
+from policy.admission.workloads import Amount, ContainerRequest, GpuRequest, Workload
+from policy.kube.fields import descend
+from policy.kube.quantity import parse_count
+from policy.resolved.offers import AdmissionPolicy, HamiDoc, VgpuClassDoc
+from policy.spec.diagnostics import Diagnostic, Path, did_you_mean
+from policy.spec.model import RuleId, RuleMode
+from policy.vgpu import hami
 
 DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults an empty schedulerName to
 HOSTNAME = "kubernetes.io/hostname"
@@ -37,7 +38,7 @@ _DEFAULT_MEMORY = "spec.hami.defaultMemory, or else the whole GPU's memory"
 
 
 class ClassLike(Protocol):
-    """The parts of a rule-engine class view these rules read (policy.rules.ClassView)."""
+    """The parts of a rule-engine class view these rules read (policy.admission.rules.ClassView)."""
 
     name: str
 
@@ -47,7 +48,7 @@ class ClassLike(Protocol):
 
 
 class FactsLike(Protocol):
-    """The parts of the engine's facts these rules read (policy.rules.Facts)."""
+    """The parts of the engine's facts these rules read (policy.admission.rules.Facts)."""
 
     request: GpuRequest
     classes: tuple[Any, ...]
@@ -231,7 +232,7 @@ class HamiAdmission:
 
     def _pod(self, obj: Mapping[str, Any], workload: Workload, containers: tuple[HamiContainer, ...],
              in_reach: bool) -> HamiPod:
-        template = _descend(obj, workload.spec_path[:-1])
+        template = descend(obj, workload.spec_path[:-1])
         metadata = template.get("metadata") if isinstance(template, Mapping) else None
         raw = metadata.get("annotations") if isinstance(metadata, Mapping) else None
         annotations = {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)} \
@@ -257,14 +258,6 @@ class HamiAdmission:
                 kept.append(ContainerRequest(container.name, container.section, container.sidecar,
                                              tuple(sorted(amounts, key=lambda a: a.resource))))
         return GpuRequest.of(tuple(kept), request.problems)
-
-
-def _descend(obj: Any, path: Path) -> Any:
-    for part in path:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(part)
-    return obj
 
 
 # --- the rules ----------------------------------------------------------------------------------------------------
@@ -588,7 +581,7 @@ def _type_findings(pod: HamiPod, candidates: Sequence[ClassLike]) -> list[Diagno
                 f"or name a type one of them has, e.g. {pairs[0][1].gpu_type.removeprefix('NVIDIA-')}"))]
 
 
-#: (rule id, default mode, summary, check) of every HAMi rule, registered in policy.rules.RULES.
+#: (rule id, default mode, summary, check) of every HAMi rule, registered in policy.admission.rules.RULES.
 RULES: tuple[tuple[RuleId, RuleMode, str, Callable[[Any], tuple[Diagnostic, ...]]], ...] = (
     ("hami-scheduler-bypassed", "enforce",
      "a pod asks for HAMi vGPU resources but hami-scheduler would not place it", check_scheduler_bypassed),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from policy import hami
-from policy.diagnostics import Diagnostic
-from policy.hami_scope import hami_scope
-from policy.resolve import ResolvedPolicy
+from policy.resolved.resolve import ResolvedPolicy
+from policy.resolved.vgpu_scope import hami_scope
+from policy.spec.diagnostics import Diagnostic
+from policy.vgpu import hami
 
 _HAMI = ("spec", "hami")
 
@@ -57,7 +57,7 @@ def check_core_policy(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
 
 def check_scope(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
     """Tenants may not use vgpu and NVIDIA-plugin classes for one resource name, and the vGPU namespaces must be
-    one namespaceSelector (policy.hami_scope)."""
+    one namespaceSelector (policy.resolved.vgpu_scope)."""
     scope = hami_scope(resolved)
     for collision in scope.collisions:
         plugin = ", ".join(f"{name} ({mode})" for name, mode in collision.plugin_classes)

@@ -13,10 +13,10 @@ import re
 from collections.abc import Callable, Iterator
 from typing import Literal
 
-from policy import catalog
-from policy.diagnostics import Diagnostic, Severity
-from policy.model import ClusterGPUPolicy, NodeClass, ReplicatedSharing, Tenant
-from policy.resolve import GPU, ResolvedClass, ResolvedPolicy, resolve
+from policy.hardware import catalog
+from policy.resolved.resolve import GPU, ResolvedClass, ResolvedPolicy, resolve
+from policy.spec.diagnostics import Diagnostic, Severity
+from policy.spec.model import ClusterGPUPolicy, NodeClass, ReplicatedSharing, Tenant
 
 __all__ = ["CODES", "MIN_UNSIZED_SHARE_MIB", "AdviceCode", "advise"]
 

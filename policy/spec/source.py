@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from policy.diagnostics import Diagnostic, Path, Span, shorten
+from policy.spec.diagnostics import Diagnostic, Path, Span, shorten
 
 try:  # libyaml's composer is several times faster (and, unlike the pure scanner, allows a tab before a comment)
     _Loader: type = yaml.CSafeLoader

@@ -3,7 +3,7 @@
 Every rule returns diagnostics whose ``code`` is its id and whose ``path`` points into the admitted
 object; the engine sets their severity from the rule's mode. A message opens with one summary sentence
 (no ". " inside it: the engine cuts warnings there), then gives details. Rules say what is wrong; the fix
-is the engine's: it tries the edits policy/remedies.py proposes and keeps one that, applied, admits the pod.
+is the engine's: it tries the edits policy/admission/remedies.py proposes and keeps one that, applied, admits the pod.
 """
 
 from __future__ import annotations
@@ -13,22 +13,15 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from policy import hami_rules
-from policy.diagnostics import Diagnostic, Path, format_path
-from policy.hami import DEFAULT_ATTRIBUTES
-from policy.labels import GFD_PREFIXES
-from policy.model import RuleId, RuleMode
-from policy.offers import ClassDoc, OfferDoc
-from policy.resolve import GPU, MIG_PREFIX, class_mode_name, describe_offer, mode_name
-from policy.workloads import (
-    AffinityTerm,
-    GpuRequest,
-    NodeRequirement,
-    NodeTaint,
-    Placement,
-    RequestProblem,
-    Toleration,
-)
+from policy.admission import vgpu
+from policy.admission.workloads import GpuRequest, RequestProblem
+from policy.hardware.labels import GFD_PREFIXES
+from policy.kube.scheduling import AffinityTerm, NodeRequirement, NodeTaint, Placement, Toleration
+from policy.resolved.offers import ClassDoc, OfferDoc
+from policy.resolved.resolve import GPU, MIG_PREFIX, class_mode_name, describe_offer, mode_name
+from policy.spec.diagnostics import Diagnostic, Path, format_path
+from policy.spec.model import RuleId, RuleMode
+from policy.vgpu.hami import DEFAULT_ATTRIBUTES
 
 # HAMi's resource names (webhook.md §3.3): its scheduler extender serves them, the NVIDIA plugin never does.
 HAMI_RESOURCES = DEFAULT_ATTRIBUTES
@@ -280,7 +273,7 @@ class Facts:
     fitting: tuple[ClassView, ...] | None = None
     """Classes one node of which offers the whole request, in policy order (the engine knows them from
     its index; None: work them out here)."""
-    hami: hami_rules.HamiPod | None = None
+    hami: vgpu.HamiPod | None = None
     """The pod as HAMi takes it (classes and candidates are then the vgpu classes only); None for other pods."""
 
     @property
@@ -620,7 +613,7 @@ RULES: tuple[Rule, ...] = (
          check_shared_above_one),
     Rule("tenant-sharing-mode-denied", "enforce",
          "the scheduler may pick a class or sharing mode the namespace's tenant may not use", check_tenant_access),
-    *(Rule(*rule) for rule in hami_rules.RULES),
+    *(Rule(*rule) for rule in vgpu.RULES),
 )
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Literal
 
-from policy.catalog import MigGeometry, MigProfile
+from policy.hardware.catalog import MigGeometry, MigProfile
 
 __all__ = ["RELEASES", "Advertised", "MigNaming", "Release", "advertise", "behaviour", "config_releases",
            "find", "mig_resource", "nearest", "oldest_advertising"]

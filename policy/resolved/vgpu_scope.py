@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policy import selectors
-from policy.model import SharingMode, Tenant
-from policy.resolve import ResolvedPolicy
+from policy.kube import selectors
+from policy.resolved.resolve import ResolvedPolicy
+from policy.spec.model import SharingMode, Tenant
 
 #: Matches no namespace: every namespace carries its name label (Kubernetes 1.21+).
 NO_NAMESPACE = selectors.Requirement(selectors.NAMESPACE_NAME_LABEL, "DoesNotExist")

@@ -13,9 +13,10 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from policy import catalog, drivers, hami, labels, operator, releases, sizing
-from policy.model import ClusterGPUPolicy, DevicePlugin, NodeClass, SharingMode, Spec, Taint, Tenant
-from policy.releases import GPU, MIG_PREFIX, Advertised
+from policy.hardware import catalog, drivers, labels, operator, releases, sizing
+from policy.hardware.releases import GPU, MIG_PREFIX, Advertised
+from policy.spec.model import ClusterGPUPolicy, DevicePlugin, NodeClass, SharingMode, Spec, Taint, Tenant
+from policy.vgpu import hami
 
 Isolation = Literal["exclusive", "none", "mps-memory-limit", "mig-hardware", "hami-core"]
 
@@ -158,7 +159,8 @@ class ResolvedClass:
     """GPU indices of a MIG class that no group partitions: mig-parted turns MIG off on them."""
     driver_gates: tuple[drivers.Gate, ...] = ()
     """What the class's nodes need from the NVIDIA driver: its MIG layouts, the MPS control daemon's memory limit
-    (policy/drivers.py); the checks hold gpu.driverVersion against them, `cluster verify` the nodes' drivers."""
+    (policy/hardware/drivers.py); the checks hold gpu.driverVersion against them, `cluster verify` the nodes'
+    drivers."""
 
     @property
     def name(self) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import groupby
 
-from policy.catalog import MigGeometry, MigProfile
+from policy.hardware.catalog import MigGeometry, MigProfile
 
 __all__ = ["Layout", "Placement", "PlacementResult", "feasible_layouts", "maximal_layouts", "place"]
 

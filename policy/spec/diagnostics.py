@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, Union, get_args, get_o
 
 import orjson
 
+from policy.kube.fields import Path, PathPart
+
 if TYPE_CHECKING:
     from pydantic import BaseModel, ValidationError
 
 Severity = Literal["error", "warning", "info"]
-PathPart = str | int
-Path = tuple[PathPart, ...]
 
 #: Every diagnostic code the spec loader and the checks can emit.  Codes are stable
 #: identifiers (documented in docs/spec-reference.md); messages may improve freely.
@@ -116,7 +116,7 @@ class Span:
 
 
 class Remedy(Protocol):
-    """What a finding's fix (policy/fixes.py Fix) offers those who report it."""
+    """What a finding's fix (policy/admission/fixes.py Fix) offers those who report it."""
 
     def describe(self) -> str: ...
 
@@ -140,7 +140,7 @@ class Diagnostic:
     severity: Severity = "error"
     span: Span | None = None
     fix: Remedy | None = None
-    """Admission findings: the edits the hint stands for, verified to admit the object (policy/fixes.py)."""
+    """Admission findings: the edits the hint stands for, verified to admit the object (policy/admission/fixes.py)."""
 
     def at(self, span: Span | None) -> Diagnostic:
         return replace(self, span=span)

@@ -1,7 +1,7 @@
 """Fixes: the typed edits a hint stands for, applied to the admitted object (or its namespace) mechanically.
 
 A finding's hint is rendered from its Fix, so the text and the edit cannot disagree; the engine keeps a Fix
-only after applying it to the object and re-running every rule on the result (policy/remedies.py). Each edit
+only after applying it to the object and re-running every rule on the result (policy/admission/remedies.py). Each edit
 applies itself to a copy of the object and records what it did as RFC 6902 JSON Patch operations (paths are
 RFC 6901 pointers into the object), which `gpupolicy admit --output json` and the webhook hand out.
 """
@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from policy.diagnostics import Path, quotable, value_at
-from policy.workloads import NodeTaint
+from policy.kube.scheduling import NodeTaint
+from policy.spec.diagnostics import Path, quotable, value_at
 
 PatchOp = dict[str, Any]
 """A JSON Patch operation whose ``path`` is kept as a tuple until the fix is written out (Fix.to_dict)."""
@@ -317,7 +317,7 @@ class Fix:
     """Where that object sits in the document a reader holds (``items/3`` of a List); paths are prefixed with it."""
     alternatives: tuple[Fix, ...] = ()
     """Other fixes the hint names after this one ("or ..."), each applied and re-evaluated like this one before it
-    is kept (policy/remedies.py): a hint names no alternative that would be denied in turn."""
+    is kept (policy/admission/remedies.py): a hint names no alternative that would be denied in turn."""
 
     @functools.cached_property
     def edits(self) -> tuple[Edit, ...]:

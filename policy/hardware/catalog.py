@@ -65,7 +65,7 @@ class MigProfile:
     memory_estimated: bool = False
     nvml_enum: int = 0
     """NVML's GPU instance profile enum (NVML_GPU_INSTANCE_PROFILE_*), which is not the GI profile ID: device-plugin
-    releases name and walk profiles by it (policy/releases.py)."""
+    releases name and walk profiles by it (policy/hardware/releases.py)."""
 
 
 @dataclass(frozen=True)
@@ -321,7 +321,7 @@ def mps_max_clients(compute_capability: str) -> int:
 @functools.cache
 def models() -> tuple[GpuModel, ...]:
     """Every GPU model of the packaged catalog, loaded and validated once."""
-    text = resources.files("policy").joinpath("catalog.yaml").read_text(encoding="utf-8")
+    text = resources.files("policy.hardware").joinpath("catalog.yaml").read_text(encoding="utf-8")
     return parse_catalog(text)
 
 

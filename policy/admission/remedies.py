@@ -23,9 +23,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Any
 
-from policy import catalog
-from policy.diagnostics import Diagnostic, Path, did_you_mean, value_at
-from policy.fixes import (
+from policy.admission.fixes import (
     AddToleration,
     Fix,
     MoveNamespace,
@@ -37,19 +35,13 @@ from policy.fixes import (
     SetAmount,
     SetNodeSelector,
 )
-from policy.quantity import parse_count, parse_quantity
-from policy.resolve import MIG_PREFIX
-from policy.rules import Access, ClassView, Facts, excludes, join
-from policy.workloads import (
-    REQUIRED_AFFINITY,
-    AffinityTerm,
-    Amount,
-    ContainerRequest,
-    GpuRequest,
-    NodeRequirement,
-    Workload,
-    effective_totals,
-)
+from policy.admission.rules import Access, ClassView, Facts, excludes, join
+from policy.admission.workloads import Amount, ContainerRequest, GpuRequest, Workload, effective_totals
+from policy.hardware import catalog
+from policy.kube.quantity import parse_count, parse_quantity
+from policy.kube.scheduling import REQUIRED_AFFINITY, AffinityTerm, NodeRequirement
+from policy.resolved.resolve import MIG_PREFIX
+from policy.spec.diagnostics import Diagnostic, Path, did_you_mean, value_at
 
 _TARGETED = 12  # candidates tried per phase
 _REBUILT = 24  # rebuilt candidates considered, cheapest first
@@ -69,7 +61,7 @@ class Assessment:
     findings: tuple[Diagnostic, ...]
     request: GpuRequest
     """The GPU request as read from the object (facts.request is the one the rules read: HAMi's scheduler takes
-    some pods' requests otherwise, policy.hami_rules)."""
+    some pods' requests otherwise, policy.admission.vgpu)."""
 
 
 Assess = Callable[[Mapping[str, Any], tuple[str, ...], GpuRequest | None], Assessment | None]

@@ -20,8 +20,10 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 from pydantic_core import PydanticCustomError
 
-from policy import hami, selectors, sizing
-from policy.workloads import NodeTaint
+from policy.hardware import sizing
+from policy.kube import selectors
+from policy.kube.scheduling import NodeTaint
+from policy.vgpu import hami
 
 API_VERSION = "gpupolicy.dev/v1alpha1"
 KIND = "ClusterGPUPolicy"
@@ -182,8 +184,8 @@ class OperatorSettings(Model):
 
     version: OperatorVersion | None = None
     """The GPU Operator release the cluster runs. Default: the newest release whose chart ships devicePlugin.version.
-    What its ClusterPolicy CRD says of the fields gpupolicy writes (policy/operator.py) is what they are checked
-    against."""
+    What its ClusterPolicy CRD says of the fields gpupolicy writes (policy/hardware/operator.py) is what they are
+    checked against."""
     installer: Literal["helm", "olm"] = "helm"
     """helm: the operator is a Helm release (helm, an Argo CD Application or a Flux HelmRelease render the chart), which
     owns the ClusterPolicy; the tree carries Helm values for that release and never writes the ClusterPolicy.

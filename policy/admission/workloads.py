@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeGuard
+from typing import Any, Literal
 
-from policy.diagnostics import Path
-from policy.quantity import NEGATIVE_ERROR, NOT_INTEGER_ERROR, count_problem
+from policy.kube.fields import Path, descend, is_mapping
+from policy.kube.quantity import NEGATIVE_ERROR, NOT_INTEGER_ERROR, count_problem
+from policy.kube.scheduling import (
+    REQUIRED_AFFINITY,
+    NodeRequirement,
+    Placement,
+    read_affinity_terms,
+    read_tolerations,
+)
 
 GPU_PREFIX = "nvidia.com/"
 
@@ -52,18 +58,12 @@ class Workload:
         for section in ("initContainers", "containers"):
             items = self.pod_spec.get(section)
             for item in items if isinstance(items, list) else ():
-                resources = item.get("resources") if _is_mapping(item) else None
+                resources = item.get("resources") if is_mapping(item) else None
                 for field in ("limits", "requests"):
-                    table = resources.get(field) if _is_mapping(resources) else None
-                    if _is_mapping(table):
+                    table = resources.get(field) if is_mapping(resources) else None
+                    if is_mapping(table):
                         found.update(k for k in table if isinstance(k, str))
         return frozenset(found)
-
-
-def _is_mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
-    # Objects come from json.loads, so nearly every mapping is a dict: test that first, in C, before the
-    # abstract-class check (a few µs per review over the ~20 checks below; docs/performance.md).
-    return type(value) is dict or isinstance(value, Mapping)
 
 
 def api_group(obj: Mapping[str, Any]) -> str | None:
@@ -76,7 +76,7 @@ def api_group(obj: Mapping[str, Any]) -> str | None:
 
 def find_workload(obj: Any) -> Workload | None:
     """The pod spec of a Pod or pod controller; None for every other object, however malformed."""
-    if not _is_mapping(obj):
+    if not is_mapping(obj):
         return None
     kind = obj.get("kind")
     if not isinstance(kind, str) or kind not in _KINDS:
@@ -87,11 +87,11 @@ def find_workload(obj: Any) -> Workload | None:
     path = POD_SPEC_PATHS.get((group, kind)) if group is not None else _path_by_kind(kind)
     if path is None:
         return None
-    spec = _descend(obj, path)
-    if not _is_mapping(spec):
+    spec = descend(obj, path)
+    if not is_mapping(spec):
         return None
     metadata = obj.get("metadata")
-    metadata = metadata if _is_mapping(metadata) else {}
+    metadata = metadata if is_mapping(metadata) else {}
     return Workload(kind, object_name(metadata), _text(metadata.get("namespace")), path, spec)
 
 
@@ -105,9 +105,9 @@ def gpu_resources_anywhere(value: Any, depth: int = 0) -> tuple[str, ...]:
 def _collect(value: Any, depth: int, found: set[str]) -> None:
     if depth > 40:
         return
-    if _is_mapping(value):
+    if is_mapping(value):
         for key, child in value.items():
-            if key in ("limits", "requests") and _is_mapping(child):
+            if key in ("limits", "requests") and is_mapping(child):
                 found.update(k for k in child if isinstance(k, str) and k.startswith(GPU_PREFIX))
             _collect(child, depth + 1, found)
     elif isinstance(value, list):
@@ -119,17 +119,9 @@ def _path_by_kind(kind: str) -> Path | None:
     return next((path for (_, k), path in POD_SPEC_PATHS.items() if k == kind), None)
 
 
-def _descend(obj: Any, path: Path) -> Any:
-    for part in path:
-        if not _is_mapping(obj):
-            return None
-        obj = obj.get(part)
-    return obj
-
-
 def object_name(metadata: Any) -> str:
     """An object's name as messages give it: its name, ``prefix-*`` for a generateName, else ``(unnamed)``."""
-    if not _is_mapping(metadata):
+    if not is_mapping(metadata):
         return "(unnamed)"
     name = _text(metadata.get("name"))
     if name:
@@ -250,15 +242,15 @@ def read_gpu_request(workload: Workload) -> GpuRequest:
 
 
 def _container_request(item: Any, path: Path, section: str, problems: list[RequestProblem]) -> ContainerRequest | None:
-    if not _is_mapping(item):
+    if not is_mapping(item):
         return None
     resources = item.get("resources")
-    if not _is_mapping(resources):
+    if not is_mapping(resources):
         return None
     tables: dict[str, Mapping[str, Any]] = {}
     for field in ("requests", "limits"):
         table = resources.get(field)
-        if _is_mapping(table):
+        if is_mapping(table):
             # Most containers ask for no GPU: find that out before building anything (a plain loop, the
             # fastest way through the few keys of a sidecar's resources).
             for key in table:
@@ -335,187 +327,24 @@ def _add(into: dict[str, int], container: ContainerRequest) -> None:
 
 # --- placement ------------------------------------------------------------------------------------------------
 
-NODE_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
-
-
-@dataclass(frozen=True)
-class NodeRequirement:
-    """One nodeSelector entry or node-affinity match expression."""
-
-    key: str
-    operator: str
-    values: tuple[str, ...]
-    path: Path
-
-    def describe(self) -> str:
-        if self.operator == "In" and len(self.values) == 1 and self.path and self.path[-1] == self.key:
-            return f"{self.key}={self.values[0]}"  # a nodeSelector entry
-        if self.operator in ("Exists", "DoesNotExist"):
-            return f"{self.key} {self.operator}"
-        return f"{self.key} {self.operator} [{', '.join(self.values)}]"
-
-
-@dataclass(frozen=True)
-class AffinityTerm:
-    """One required nodeSelectorTerm: its match expressions hold together (matchFields are not modelled)."""
-
-    requirements: tuple[NodeRequirement, ...]
-    matches_nothing: bool
-    """An empty term matches no node (k8s nodeaffinity: empty terms are skipped)."""
-    path: Path
-    size: int = 0
-    """matchExpressions plus matchFields entries as written, readable or not (a fix that removes the last one
-    must remove the term instead, or the term would match nothing)."""
-
-
-@dataclass(frozen=True)
-class Toleration:
-    """One pod toleration (k8s.io/api core/v1 toleration.go ToleratesTaint)."""
-
-    key: str
-    operator: str
-    """``Equal`` (also when empty), ``Exists``, or the numeric ``Lt`` / ``Gt``."""
-    value: str
-    effect: str
-    """Empty tolerates every effect."""
-
-    def tolerates(self, key: str, value: str, effect: str) -> bool:
-        if self.effect and self.effect != effect:
-            return False
-        if self.key and self.key != key:
-            return False
-        if self.operator in ("", "Equal"):
-            return self.value == value
-        if self.operator == "Exists":
-            return True
-        if self.operator in ("Lt", "Gt"):
-            # Compared as integers behind the alpha gate TaintTolerationComparisonOperators; counted as
-            # tolerating whenever the comparison holds, so a class is never wrongly left out.
-            mine, theirs = _decimal(self.value), _decimal(value)
-            return mine is not None and theirs is not None and (theirs < mine if self.operator == "Lt"
-                                                                 else theirs > mine)
-        return False
-
-
-@dataclass(frozen=True)
-class NodeTaint:
-    """One taint of a node (or of every node of a class), as the scheduler and the kubelet match it."""
-
-    key: str
-    value: str
-    effect: str
-
-    def describe(self) -> str:
-        """``dedicated=training:NoSchedule``, as kubectl writes a taint."""
-        return f"{self.key}={self.value}:{self.effect}" if self.value else f"{self.key}:{self.effect}"
-
-    def tolerated_by(self, tolerations: Sequence[Toleration]) -> bool:
-        return any(t.tolerates(self.key, self.value, self.effect) for t in tolerations)
-
-
-#: What an unreadable toleration is read as: one that tolerates everything. The API server refuses such pods,
-#: and counting more classes as reachable can only make the tenant rule stricter, never let a pod through.
-TOLERATE_ALL = Toleration("", "Exists", "", "")
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a pod may run: its nodeSelector, its required node-affinity terms (ORed), its tolerations, and the
-    node it names, if any."""
-
-    node_selector: tuple[NodeRequirement, ...]
-    terms: tuple[AffinityTerm, ...]
-    """Empty when the pod has no required node affinity."""
-    tolerations: tuple[Toleration, ...] = ()
-    node_name: str | None = None
-    """spec.nodeName: the scheduler is bypassed and the kubelet of that node admits the pod, checking its
-    nodeSelector, required node affinity and NoExecute taints (pkg/kubelet/lifecycle/predicate.go)."""
-
-    @property
-    def unconstrained(self) -> bool:
-        """No nodeSelector and no required node affinity (tolerations and taints are checked apart)."""
-        return not self.node_selector and not self.terms
-
-
 def read_placement(workload: Workload, *, tolerations: bool = True) -> Placement:
     """The pod's nodeSelector, required node affinity, tolerations (unless not asked for: they matter only where
     some class is tainted) and nodeName; malformed selector entries cannot exclude and are dropped."""
     spec, prefix = workload.pod_spec, workload.spec_path
     selector: list[NodeRequirement] = []
     raw = spec.get("nodeSelector")
-    if _is_mapping(raw):
+    if is_mapping(raw):
         for key, value in raw.items():
             if isinstance(key, str) and isinstance(value, str):
                 selector.append(NodeRequirement(key, "In", (value,), (*prefix, "nodeSelector", key)))
     node_name = spec.get("nodeName")
-    return Placement(tuple(selector), _terms(spec, prefix),
-                     _tolerations(spec.get("tolerations")) if tolerations else (),
+    return Placement(tuple(selector), read_affinity_terms(spec, prefix),
+                     read_tolerations(spec.get("tolerations")) if tolerations else (),
                      node_name if isinstance(node_name, str) and node_name else None)
-
-
-def _tolerations(raw: Any) -> tuple[Toleration, ...]:
-    if not isinstance(raw, list):
-        return ()
-    out = []
-    for item in raw:
-        if _is_mapping(item):  # tested once per item, not once per field
-            key, operator, value, effect = (item.get("key", ""), item.get("operator", ""), item.get("value", ""),
-                                            item.get("effect", ""))
-            if (isinstance(key, str) and isinstance(operator, str) and isinstance(value, str)
-                    and isinstance(effect, str) and operator in _OPERATORS):
-                out.append(Toleration(key, operator, value, effect))
-                continue
-        if item is not None:
-            out.append(TOLERATE_ALL)
-    return tuple(out)
-
-
-_OPERATORS = frozenset({"", "Equal", "Exists", "Lt", "Gt"})
-
-
-def _decimal(text: str) -> int | None:
-    # content.IsDecimalInteger then strconv.ParseInt: an optional '-', ASCII digits, no leading zero.
-    return int(text) if re.fullmatch(r"-?(0|[1-9][0-9]{0,18})", text) else None
-
-
-REQUIRED_AFFINITY = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
-
-
-def _terms(spec: Mapping[str, Any], prefix: Path) -> tuple[AffinityTerm, ...]:
-    raw = _descend(spec, REQUIRED_AFFINITY)
-    if not isinstance(raw, list):
-        return ()
-    terms = []
-    for t, term in enumerate(raw):
-        path = (*prefix, *REQUIRED_AFFINITY, t)
-        if not _is_mapping(term):
-            return ()  # one unreadable term could match anything: the affinity cannot exclude a class
-        expressions = term.get("matchExpressions")
-        fields = term.get("matchFields")
-        given = bool(expressions) or bool(fields)
-        reqs = tuple(_expressions(expressions, (*path, "matchExpressions")))
-        size = sum(len(part) for part in (expressions, fields) if isinstance(part, list))
-        terms.append(AffinityTerm(reqs, not given, path, size))
-    return tuple(terms)
-
-
-def _expressions(raw: Any, path: Path) -> list[NodeRequirement]:
-    if not isinstance(raw, list):
-        return []
-    out = []
-    for e, item in enumerate(raw):
-        if not _is_mapping(item):
-            continue
-        key, operator, values = item.get("key"), item.get("operator"), item.get("values")
-        if not isinstance(key, str) or not isinstance(operator, str) or operator not in NODE_OPERATORS:
-            continue
-        vals = tuple(v for v in values if isinstance(v, str)) if isinstance(values, list) else ()
-        out.append(NodeRequirement(key, operator, vals, (*path, e)))
-    return out
 
 
 def placement_fields(workload: Workload) -> tuple[Any, ...]:
     """The raw fields placement is read from, for comparing an UPDATE's old and new object (tolerations and
     nodeName included: they decide which tainted classes and which node the pod may reach)."""
     spec = workload.pod_spec
-    return spec.get("nodeSelector"), _descend(spec, REQUIRED_AFFINITY), spec.get("tolerations"), spec.get("nodeName")
+    return spec.get("nodeSelector"), descend(spec, REQUIRED_AFFINITY), spec.get("tolerations"), spec.get("nodeName")

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from policy import selectors
-from policy.labels import OPERATOR_DEFAULTS, OPERATOR_FIELD_MANAGER
-from policy.resolve import ResolvedPolicy
+from policy.hardware.labels import OPERATOR_DEFAULTS, OPERATOR_FIELD_MANAGER
+from policy.kube import selectors
+from policy.resolved.resolve import ResolvedPolicy
 
 PLAN_VERSION = 1
 #: The server-side-apply field manager of the reconciler: the API server records which label keys it owns.
@@ -34,7 +34,7 @@ class LabelPlan:
     cluster: str
     classes: tuple[ClassLabels, ...]
     operator_defaults: Mapping[str, str] = field(default_factory=dict)
-    """Owned keys whose GPU Operator default (policy.labels.OPERATOR_DEFAULTS) the reconciler replaces: deploy
+    """Owned keys whose GPU Operator default (policy.hardware.labels.OPERATOR_DEFAULTS) the reconciler replaces: deploy
     gpu-operator only, where the operator runs and may label a node first."""
 
     def overrides(self, key: str, have: str | None, owners: Iterable[str]) -> bool:

@@ -11,13 +11,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from policy import remedies, selectors
-from policy.diagnostics import Diagnostic, Path, Severity, bounded, format_path, shorten
-from policy.fixes import MoveNamespace
-from policy.hami_rules import HamiAdmission
-from policy.model import RuleId
-from policy.offers import ALWAYS_ENFORCED, AdmissionPolicy, TenantDoc
-from policy.rules import (
+from policy.admission import remedies
+from policy.admission.fixes import MoveNamespace
+from policy.admission.rules import (
     RULES,
     Access,
     ClassView,
@@ -26,11 +22,9 @@ from policy.rules import (
     placement_conflict,
     terms_conflict,
 )
-from policy.workloads import (
+from policy.admission.vgpu import HamiAdmission
+from policy.admission.workloads import (
     GpuRequest,
-    NodeTaint,
-    Placement,
-    Toleration,
     Workload,
     api_group,
     find_workload,
@@ -40,6 +34,11 @@ from policy.workloads import (
     read_gpu_request,
     read_placement,
 )
+from policy.kube import selectors
+from policy.kube.scheduling import NodeTaint, Placement, Toleration
+from policy.resolved.offers import ALWAYS_ENFORCED, AdmissionPolicy, TenantDoc
+from policy.spec.diagnostics import Diagnostic, Path, Severity, bounded, format_path, shorten
+from policy.spec.model import RuleId
 
 SEVERITY: Mapping[str, Severity] = {"enforce": "error", "warn": "warning", "audit": "info"}
 EVALUATED_OPERATIONS = frozenset({"CREATE", "UPDATE"})
@@ -156,7 +155,7 @@ class Engine:
         self._carries = {pair: frozenset(found) for pair, found in carries.items()}
         self._fitting: dict[tuple[tuple[str, int], ...], tuple[tuple[int, ...], tuple[ClassView, ...]]] = {}
         self._lacks: dict[str, frozenset[int]] = {}
-        self._hami = HamiAdmission.build(policy)  # vGPU pods see only the vgpu classes (policy.hami_rules)
+        self._hami = HamiAdmission.build(policy)  # vGPU pods see only the vgpu classes (policy.admission.vgpu)
         self._memo: dict[tuple[tuple[str, ...], bytes], tuple[bool, tuple[Diagnostic, ...]] | None] = {}
         self._memo_size = memo_size
 
@@ -182,7 +181,7 @@ class Engine:
         ``tenants`` are the namespace's tenants as the webhook path names them: () means the default rules,
         several mean only what all of them allow. UPDATEs that change neither GPU requests nor placement are
         allowed unchecked, so scaling or relabelling an existing object never fails. Every finding's hint is a
-        fix verified to admit the object (policy/remedies.py), or says that none within the policy does.
+        fix verified to admit the object (policy/admission/remedies.py), or says that none within the policy does.
         A custom resource that asks for GPUs gets a workload-not-checked notice. Objects are judged without their
         instance fields (``without_instance_fields``), so the objects of one template share a verdict, which the
         engine remembers (up to ``memo_size``). Never raises.

@@ -6,9 +6,9 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from policy.hami_scope import hami_scope
-from policy.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, SharingMode
-from policy.resolve import GPU, Isolation, ResolvedClass, ResolvedPolicy, resolve
+from policy.resolved.resolve import GPU, Isolation, ResolvedClass, ResolvedPolicy, resolve
+from policy.resolved.vgpu_scope import hami_scope
+from policy.spec.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, SharingMode
 
 __all__ = ["ADMISSION_POLICY_VERSION", "ALL_RULES", "ALWAYS_ENFORCED", "GPU", "AdmissionPolicy", "ClassDoc",
            "HamiDoc", "OfferDoc", "TaintDoc", "TenantDoc", "VgpuClassDoc", "build_admission_policy"]
