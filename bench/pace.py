@@ -118,7 +118,14 @@ class _Pool:
     async def acquire(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         while True:
             if self.idle:
-                return self.idle.pop()
+                conn = self.idle.pop()
+                if conn[0].at_eof() or conn[1].is_closing():
+                    # The server closed it while idle: Go's transport sees that EOF in its read loop and drops the
+                    # connection from its idle pool (net/http transport.go, errServerClosedIdle), never reusing it.
+                    conn[1].close()
+                    self.opened -= 1
+                    continue
+                return conn
             if self.opened < self.limit:
                 return await self.dial()
             waiter: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None] = \

@@ -562,7 +562,10 @@ def _class_lines(draft: DraftClass, data: dict[str, Any]) -> list[str]:
 def _class_comments(draft: DraftClass) -> list[str]:
     names = ", ".join(n.name for n in draft.nodes[:5]) + (", ..." if len(draft.nodes) > 5 else "")
     memory = f", {draft.key.memory_mib} MiB each" if draft.key.memory_mib else ""
-    out = [f"{len(draft.nodes)} node(s) with {draft.key.count}x {draft.key.model}{memory}: {names}"]
+    # The GPUs the class's gpu.count says: under MIG single nvidia.com/gpu.count counts MIG devices, and a MIG mixed
+    # node without the label gets the fewest GPUs that hold its devices (cluster.sharing).
+    gpus = draft.sharing.physical_gpus or draft.key.count
+    out = [f"{len(draft.nodes)} node(s) with {gpus}x {draft.key.model}{memory}: {names}"]
     seen = [text for key, name in _SEEN_LABELS if (text := _seen(draft.nodes, key, name))]
     out.append("GFD today: " + ", ".join(seen) if seen else "no GFD labels: the GPUs are as HAMi registered them")
     if draft.gpu is None:

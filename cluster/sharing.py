@@ -34,7 +34,8 @@ class LiveSharing:
     summary: str
     """``MIG mixed, 7x 1g.12gb per GPU, time-sliced 2x`` (for the draft's comment)."""
     physical_gpus: int | None = None
-    """GPUs per node where the labels count something else (MIG single counts MIG devices): an estimate."""
+    """GPUs per node where the labels count something else (MIG single counts MIG devices) or do not say (MIG
+    mixed without nvidia.com/gpu.count): an estimate."""
     todo: tuple[str, ...] = ()
     """What the labels cannot say and someone must check."""
 
@@ -92,52 +93,39 @@ def _mig_devices(node: Node) -> dict[str, tuple[int, int]]:
 
 
 def _mig_mixed(node: Node, profiles: Mapping[str, tuple[int, int]], model: catalog.GpuModel | None) -> LiveSharing:
-    gpus = facts.label_int(node.labels, facts.COUNT) or 1
+    labelled = facts.label_int(node.labels, facts.COUNT)
     totals = {p: devices for p, (devices, _) in profiles.items()}
     sliced = {p: replicas for p, (_, replicas) in profiles.items() if replicas > 1}
     geometry = model.mig if model else None
     data: dict[str, Any] = {"strategy": "mixed"}
     todo: list[str] = []
-    groups = _pack(geometry, totals, gpus) if geometry else None
-    if groups is not None and len(groups) == 1 and len(groups[0][0]) == gpus:
-        data["layout"] = groups[0][1]
-    elif groups is not None:
-        data["groups"] = [{"gpus": list(indices), "layout": layout} for indices, layout in groups]
+    devices = ", ".join(f"{n}x {p}" for p, n in totals.items())
+    found = None
+    if geometry is not None:
+        found = mig.split(geometry, totals, labelled) if labelled else mig.fewest_gpus(geometry, totals)
+    gpus = found.gpus if found is not None else labelled or 1
+    if found is not None and not labelled:
+        # GFD writes gpu.count (device-plugin.md §6), but a partial dump may lack it: the fewest GPUs that hold
+        # the advertised MIG devices is the one count that is surely no more than the node has.
+        todo.append(f"the node has no nvidia.com/gpu.count label: {gpus} GPU(s) is the fewest that can hold its "
+                    f"MIG devices ({devices}), and the layout one split of them that fits; set gpu.count to the "
+                    "number of GPUs `nvidia-smi -L` lists on a node, and the layout to what `nvidia-smi mig -lgi` "
+                    "lists per GPU")
+    if found is not None and found.even:
+        data["layout"] = found.groups[0][1]
+    elif found is not None:
+        data["groups"] = [{"gpus": list(indices), "layout": layout} for indices, layout in found.groups]
         todo.append("the labels give MIG devices per node, not per GPU: the groups are one arrangement that fits; "
                     "make them what `nvidia-smi mig -lgi` lists per GPU on a node")
     else:
         data["layout"] = {p: max(1, n // gpus) for p, n in totals.items()}
-        todo.append(f"{', '.join(f'{n}x {p}' for p, n in totals.items())} over {gpus} GPU(s) fits no per-GPU "
-                    "layout gpupolicy knows: write the layout `nvidia-smi mig -lgi` lists per GPU on a node")
+        todo.append(f"{devices} over {gpus} GPU(s) fits no per-GPU layout gpupolicy knows: write the layout "
+                    "`nvidia-smi mig -lgi` lists per GPU on a node")
     if sliced:
         data["timeSlicing"] = sliced
-    devices = ", ".join(f"{n}x {p}" for p, n in totals.items())
     return LiveSharing({"mig": data}, f"MIG mixed, {devices} per node over {gpus} GPU(s)"
-                       + (f", time-sliced {_replicas(sliced)}" if sliced else ""), None, tuple(todo))
-
-
-def _pack(geometry: catalog.MigGeometry, totals: Mapping[str, int],
-          gpus: int) -> list[tuple[tuple[int, ...], dict[str, int]]] | None:
-    """(GPU indices, layout) groups holding ``totals`` on ``gpus`` GPUs: an even split where it fits, else the
-    instances placed largest first on the first GPU where they still fit (mig.place decides); None if they do not."""
-    if all(n % gpus == 0 for n in totals.values()):
-        even = {p: n // gpus for p, n in totals.items()}
-        if mig.place(geometry, even).fits:
-            return [(tuple(range(gpus)), even)]
-    sizes = {p.name: p.size for p in geometry.profiles}
-    instances = sorted((p for p, n in totals.items() for _ in range(n)), key=lambda p: -sizes.get(p, 0))
-    layouts: list[dict[str, int]] = [{} for _ in range(gpus)]
-    for profile in instances:
-        target = next((layout for layout in layouts
-                       if mig.place(geometry, {**layout, profile: layout.get(profile, 0) + 1}).fits), None)
-        if target is None:
-            return None
-        target[profile] = target.get(profile, 0) + 1
-    grouped: dict[tuple[tuple[str, int], ...], list[int]] = {}
-    for index, layout in enumerate(layouts):
-        if layout:
-            grouped.setdefault(tuple(sorted(layout.items())), []).append(index)
-    return [(tuple(indices), dict(key)) for key, indices in grouped.items()]
+                       + (f", time-sliced {_replicas(sliced)}" if sliced else ""),
+                       gpus if found is not None and not labelled else None, tuple(todo))
 
 
 def _replicated(node: Node) -> LiveSharing:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from compiler import operator_fields, serialize
-from compiler.targets import admission_policy, flux, gpu_operator, namespaces
+from compiler.targets import admission_policy, flux, gpu_operator, namespaces, tenancy_guard
 from compiler.targets import hami as hami_target
 from compiler.targets.monitoring import collectors
 from compiler.targets.monitoring import rules as monitoring_rules
@@ -335,7 +335,8 @@ def _overhead(resolved: ResolvedClass) -> str:
 
 def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
     plugin = resolved.spec.device_plugin
-    notes: list[str] = [*admission_policy.report_notes(resolved), *_hami_notes(resolved)]
+    notes: list[str] = [*admission_policy.report_notes(resolved), *tenancy_guard.report_notes(resolved),
+                        *_hami_notes(resolved)]
     if plugin.deploy == "standalone" and resolved.plugin_classes:
         notes.append(
             "Each node class gets its own device-plugin DaemonSet, selected by the labels its nodes already "

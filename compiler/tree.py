@@ -22,6 +22,7 @@ from compiler.targets import (
     monitoring,
     namespaces,
     node_labels,
+    tenancy_guard,
 )
 from policy.resolved.resolve import ResolvedPolicy
 
@@ -144,6 +145,8 @@ def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
     if resolved.spec.admission.enabled:
         rendered = admission_webhook.render_admission(resolved) if resolved.spec.runs_webhook else []
         rendered += admission_policy.render_admission_policies(resolved)
+        # The tenancy guard holds whatever engine enforces the tenants: both read the namespace's labels.
+        rendered += tenancy_guard.render_tenancy_guard(resolved)
         out["admission"] = {_stem(obj): obj for obj in rendered}
     if resolved.spec.monitoring.enabled:
         out[monitoring.COMPONENT] = {_stem(obj): obj for obj in monitoring.render_monitoring(resolved)}

@@ -25,6 +25,8 @@ class LoadResult:
     """Where the document begins."""
     resolved: ResolvedPolicy | None = None
     """The policy's classes resolved once, for every later consumer (None when the model did not validate)."""
+    notes: tuple[Diagnostic, ...] = ()
+    """What a reviewer of the spec reads beside the findings (checks.NOTES, located): `validate` prints them."""
 
     @property
     def ok(self) -> bool:
@@ -70,11 +72,17 @@ def _validate_document(doc: Document) -> LoadResult:
     if doc.data is None and found:
         return LoadResult(filename, None, tuple(found), doc.index)
     if not isinstance(doc.data, dict):
+        hint = "a policy starts with apiVersion: gpupolicy.dev/v1alpha1 and kind: ClusterGPUPolicy"
+        if isinstance(doc.data, list) and len(doc.data) == 1 and isinstance(doc.data[0], dict) and doc.data[0]:
+            # `- apiVersion: ...`: the whole policy indented under one list item.
+            hint = ("the document is a list holding one mapping: remove the '- ' before its first key (and the "
+                    "indentation under it), so the document starts with " + (
+                        "apiVersion:" if "apiVersion" in doc.data[0] else f"{next(iter(doc.data[0]))}:"))
         found.append(
             Diagnostic(
                 code="not-a-mapping",
                 message=f"the document is a {type(doc.data).__name__}, not a mapping",
-                hint="a policy starts with apiVersion: gpupolicy.dev/v1alpha1 and kind: ClusterGPUPolicy",
+                hint=hint,
                 span=doc.source.span(()),
             )
         )
@@ -84,14 +92,15 @@ def _validate_document(doc: Document) -> LoadResult:
     except ValidationError as err:
         # An unquoted `on` already got a yaml11-boolean finding; its wrong-type twin would only repeat it.
         explained = {d.path for d in found if d.code.startswith("yaml11-")}
-        for d in from_validation_error(err, doc.data, ClusterGPUPolicy):
+        for d in from_validation_error(err, doc.data, ClusterGPUPolicy, doc.source.texts):
             if d.path not in explained:
                 found.append(d.at(doc.source.span(d.path, key=d.code == "unknown-field")))
         return LoadResult(filename, None, _sorted(found), doc.index)
     resolved = resolve(policy)
     for d in checks.run(resolved):
         found.append(d.at(doc.source.span(d.path, key=d.code in checks.KEY_LOCATED)))
-    return LoadResult(filename, policy, _sorted(found), doc.index, resolved=resolved)
+    notes = [d.at(doc.source.span(d.path, key=d.code in checks.KEY_LOCATED)) for d in checks.notes(resolved)]
+    return LoadResult(filename, policy, _sorted(found), doc.index, resolved=resolved, notes=_sorted(notes))
 
 
 def _sorted(found: list[Diagnostic]) -> tuple[Diagnostic, ...]:

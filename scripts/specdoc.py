@@ -175,6 +175,16 @@ CODE_HELP: dict[str, tuple[str, str]] = {
     "tenant-overlap": (_SEMANTIC, "Two tenants' namespace selectors can match one namespace."),
     "tenant-selector-too-complex": (_SEMANTIC, "A tenant selects namespaces by more than one requirement, which "
                                                "the webhook registration cannot negate."),
+    "tenant-label-keys": (_SEMANTIC, "An info `validate` prints (and no other command): the label keys the "
+                                     "tenants' selectors read, and who may set each, so move a namespace between "
+                                     "tenants ([security](security.md))."),
+    "tenant-label-unguarded": (_SEMANTIC, "A tenant selects namespaces by a label the tree cannot guard (it needs "
+                                          "Kubernetes 1.30), so whoever may update a namespace picks its tenant."),
+    "tenancy-gitops-unnamed": (_SEMANTIC, "The tree guards the tenant labels, but admission.tenancy names no GitOps "
+                                          "tool or manager: only system:masters could apply namespaces with them."),
+    "tenancy-manager-too-broad": (_SEMANTIC, "A tenancy manager that every request of a kind has "
+                                             "(system:authenticated, system:serviceaccounts, system:anonymous...), "
+                                             "which would let them all move namespaces between tenants."),
     "memory-override-on-known-model": (_SEMANTIC, "gpu.memory is more than the catalog's figure for that GPU."),
     "hami-unsupported-version": (_SEMANTIC, "spec.hami.version is older than v2.10, whose formats gpupolicy writes "
                                             "(an error), or newer and not yet checked (a warning)."),
@@ -600,7 +610,7 @@ def _example_for(code: str, fixtures: Path) -> tuple[str, str, str]:
             return "", "", ""
         name, text = inline
         result = load_policy(text, filename=name)
-        return name, text, _format(result.diagnostics, code)
+        return name, text, _format((*result.diagnostics, *result.notes), code)
     case = cases[0]
     name = case.name
     raw = case.read_bytes()
@@ -618,7 +628,9 @@ def _example_for(code: str, fixtures: Path) -> tuple[str, str, str]:
     lines = text.split("\n")
     lines[0] = f"# {name}"
     shown = "\n".join(lines)
-    diagnostics = tuple(d for result in load_policies(shown, filename=name) for d in result.diagnostics)
+    # What `validate` prints: the findings and the notes.
+    diagnostics = tuple(d for result in load_policies(shown, filename=name) for d in (*result.diagnostics,
+                                                                                       *result.notes))
     return name, shown, _format(diagnostics, code)
 
 

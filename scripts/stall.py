@@ -85,7 +85,9 @@ INTERNAL_ERRORS = "gpupolicy_webhook_internal_errors_total"
 # --- the hostile side (its own process, so its TLS work does not delay the reviews' clock) ----------------
 
 
-async def _hold(kind: str, port: int, context: ssl.SSLContext, until: float, counts: dict[str, Any]) -> None:
+async def _hold(kind: str, port: int, context: ssl.SSLContext, until: float, counts: dict[str, Any],
+                pause: float = 0.05) -> None:
+    """One hostile connection of ``kind``, reopened ``pause`` seconds after the server drops it."""
     prefix, trickle = KINDS[kind]
     while time.monotonic() < until:
         try:
@@ -113,19 +115,20 @@ async def _hold(kind: str, port: int, context: ssl.SSLContext, until: float, cou
             counts["held_s"].append(time.monotonic() - opened)
         eof.cancel()
         writer.close()
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(pause)
 
 
-async def _attack(port: int, ca: Path, per_kind: int, seconds: float) -> dict[str, Any]:
+async def _attack(port: int, ca: Path, per_kind: int, seconds: float, kinds: Sequence[str] = tuple(KINDS),
+                  pause: float = 0.05) -> dict[str, Any]:
     asyncio.sslproto.SSLProtocol.max_size = 16 * 1024  # 500 client connections: keep their buffers small
     context = pace.client_context(ca)
     counts: dict[str, dict[str, Any]] = {kind: {"opened": 0, "dropped": 0, "refused": 0, "held_s": []}
-                                         for kind in KINDS}
+                                         for kind in kinds}
     until = time.monotonic() + seconds
     tasks = []
     for index in range(per_kind):
-        for kind in KINDS:
-            tasks.append(asyncio.create_task(_hold(kind, port, context, until, counts[kind])))
+        for kind in kinds:
+            tasks.append(asyncio.create_task(_hold(kind, port, context, until, counts[kind], pause)))
         if index % 10 == 9:
             await asyncio.sleep(0.05)  # open them over a second or two, not in one burst
     await asyncio.gather(*tasks)
@@ -136,8 +139,9 @@ async def _attack(port: int, ca: Path, per_kind: int, seconds: float) -> dict[st
     return {**totals, "by_kind": by_kind}
 
 
-def _attacker(port: int, ca: Path, per_kind: int, seconds: float, out: Any) -> None:
-    out.put(asyncio.run(_attack(port, ca, per_kind, seconds)))
+def _attacker(port: int, ca: Path, per_kind: int, seconds: float, out: Any, kinds: Sequence[str] = tuple(KINDS),
+              pause: float = 0.05) -> None:
+    out.put(asyncio.run(_attack(port, ca, per_kind, seconds, kinds, pause)))
 
 
 # --- the legitimate side -----------------------------------------------------------------------------------
@@ -160,16 +164,64 @@ async def _probe(port: int, context: ssl.SSLContext, until: float, times: list[f
         await asyncio.sleep(0.5)
 
 
-async def _legitimate(port: int, ca: Path, rate: float, seconds: float) -> dict[str, Any]:
+async def _legitimate(port: int, ca: Path, rate: float, seconds: float, big_clients: int = 0) -> dict[str, Any]:
     context = pace.client_context(ca)
     probes: list[float] = []
     failed: list[str] = []
-    prober = asyncio.create_task(_probe(port, context, time.monotonic() + seconds, probes, failed))
+    until = time.monotonic() + seconds
+    prober = asyncio.create_task(_probe(port, context, until, probes, failed))
+    big: list[dict[str, Any]] = [{"answered_s": [], "failures": [], "allowed": 0} for _ in range(big_clients)]
+    senders = [asyncio.create_task(_send_big(port, context, until, record)) for record in big]
     result = await pace.run(f"https://{soak.LOOPBACK}:{port}", rate, seconds, connections=8, context=context,
                             bodies=reviews.bodies(), check_verdicts=True)
     await prober
+    await asyncio.gather(*senders)
+    answered = sorted(t for record in big for t in record["answered_s"])
     return {"reviews": result.summary(), "healthz_max_s": round(max(probes, default=0.0), 3),
-            "healthz_probes": len(probes), "healthz_failures": failed}
+            "healthz_probes": len(probes), "healthz_failures": failed,
+            **({"big": {"clients": big_clients, "reviews": len(answered),
+                        "max_s": round(answered[-1], 3) if answered else None,
+                        "median_s": round(statistics.median(answered), 3) if answered else None,
+                        "allowed": sum(record["allowed"] for record in big),
+                        "failures": [f for record in big for f in record["failures"]][:5]}} if big_clients else {})}
+
+
+#: The object of the bounded-review acceptance: a legal Pod of 1,000 containers, each asking nvidia.com/gpu: 2
+#: (82 KB as JSON; it once kept a worker busy for more than 30 s).
+BIG_CONTAINERS = 1000
+
+
+def big_review() -> bytes:
+    containers = [{"name": f"c{i}", "image": "registry.example/soak:1.0",
+                   "resources": {"limits": {"nvidia.com/gpu": "2"}}} for i in range(BIG_CONTAINERS)]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "big", "namespace": "big"},
+           "spec": {"containers": containers}}
+    body = soak.review(pod, uid="big")
+    return (b"POST /validate HTTP/1.1\r\nHost: " + soak.SERVICE_HOST.encode() + b"\r\nContent-Type: application/json"
+            b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+async def _send_big(port: int, context: ssl.SSLContext, until: float, record: dict[str, Any]) -> None:
+    """Big reviews back to back on one kept-alive connection (a new one if the server closes it) until ``until``."""
+    request = big_review()
+    connection: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+    while time.monotonic() < until:
+        started = time.perf_counter()
+        try:
+            if connection is None:
+                connection = await asyncio.wait_for(asyncio.open_connection(
+                    soak.LOOPBACK, port, ssl=context, server_hostname=soak.SERVICE_HOST), 5)
+            connection[1].write(request)
+            status, data = await asyncio.wait_for(pace._read_response(connection[0]), 10)
+        except (OSError, ssl.SSLError, TimeoutError, asyncio.IncompleteReadError) as err:
+            record["failures"].append(type(err).__name__)
+            connection = None
+            continue
+        record["answered_s"].append(time.perf_counter() - started)
+        if status != 200:
+            record["failures"].append(f"HTTP {status}")
+        elif b'"allowed":true' in data:
+            record["allowed"] += 1
 
 
 async def _send_raw(port: int, context: ssl.SSLContext, data: bytes) -> str:
@@ -214,6 +266,45 @@ async def _framing(port: int, ca: Path) -> dict[str, Any]:
 def framing_report(port: int, ca: Path) -> dict[str, Any]:
     """Every malformed framing case sent once: what each got, and whether the internal-error count moved."""
     return asyncio.run(_framing(port, ca))
+
+
+def measure_big(*, clients: int = 2, rate: float = 50.0, seconds: float = 30.0, workdir: Path) -> dict[str, Any]:
+    """``clients`` connections sending 1,000-container pods back to back while valid reviews flow at ``rate``."""
+    server = soak.start_server(workdir, workers=2, threads=2, spec=SPEC)
+    try:
+        legitimate = asyncio.run(_legitimate(server.target.port, server.target.ca_files[0], rate, seconds, clients))
+    finally:
+        status = soak.stop_server(server)
+    log = server.log_text()
+    return {**legitimate, "server_exit": status, "tracebacks_in_log": log.count("Traceback"),
+            "workers_killed": log.count("WORKER TIMEOUT") + log.count("was sent SIGKILL")}
+
+
+def measure_idle(*, max_connections: int = 100, rate: float = 100.0, seconds: float = 30.0, workdir: Path,
+                 pause: float = 1.0) -> dict[str, Any]:
+    """Twice the server's connection cap (2 workers x ``max_connections``) of idle TLS connections held open by
+    another process, each reopened ``pause`` s after the server closes it, while valid reviews flow."""
+    server = soak.start_server(workdir, workers=2, threads=2, spec=SPEC,
+                               env={"GPUPOLICY_MAX_CONNECTIONS": str(max_connections)})
+    ca = server.target.ca_files[0]
+    idle = 2 * 2 * max_connections
+    queue: multiprocessing.Queue[dict[str, Any]] = multiprocessing.Queue()
+    ramp = 3.0 + idle / 200
+    attacker = multiprocessing.Process(target=_attacker, args=(server.target.port, ca, idle, ramp + seconds + 1,
+                                                               queue, ("idle",), pause), daemon=True)
+    try:
+        attacker.start()
+        time.sleep(ramp)
+        legitimate = asyncio.run(_legitimate(server.target.port, ca, rate, seconds))
+        hostile = queue.get(timeout=60)
+        attacker.join(timeout=10)
+    finally:
+        if attacker.is_alive():
+            attacker.kill()
+        status = soak.stop_server(server)
+    log = server.log_text()
+    return {**legitimate, "hostile": {"idle": idle, **hostile}, "server_exit": status,
+            "tracebacks_in_log": log.count("Traceback")}
 
 
 def measure(*, per_kind: int = 100, rate: float = 100.0, seconds: float = 30.0, workdir: Path,
@@ -270,7 +361,7 @@ def verdict(report: dict[str, Any], max_p99_ms: float) -> list[str]:
         problems.append(f"review p99 {reviews_['p99_ms']:.1f} ms >= {max_p99_ms:g} ms")
     if report["healthz_failures"] or report["healthz_max_s"] >= 1.0:
         problems.append(f"/healthz: {report['healthz_failures'][:3]} slowest {report['healthz_max_s']} s")
-    if not report["framing"]["all_4xx"] or report["framing"]["internal_errors_added"]:
+    if "framing" in report and (not report["framing"]["all_4xx"] or report["framing"]["internal_errors_added"]):
         problems.append(f"malformed framing: {report['framing']}")
     if report["server_exit"] != 0 or report["tracebacks_in_log"]:
         problems.append(f"server exit {report['server_exit']}, {report['tracebacks_in_log']} tracebacks")

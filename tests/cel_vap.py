@@ -245,13 +245,18 @@ class PolicyResult:
 
 
 def activation(*, object: Mapping[str, Any] | None, old_object: Mapping[str, Any] | None = None,
-               operation: str = "CREATE", namespace: Mapping[str, Any] | None = None) -> dict[str, Any]:
+               operation: str = "CREATE", namespace: Mapping[str, Any] | None = None,
+               user_info: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a policy's expressions see of an admission request, as plain values (``variables`` still empty);
-    Undecodable where the API server could not decode the object."""
+    Undecodable where the API server could not decode the object. ``user_info`` is request.userInfo as the API
+    server shows it (authentication.k8s.io UserInfo with its empty fields left out: username, groups, ...)."""
+    request: dict[str, Any] = {"operation": operation}
+    if user_info is not None:
+        request["userInfo"] = dict(user_info)
     return {
         "object": _as_the_api_server_shows(object),
         "oldObject": _as_the_api_server_shows(old_object),
-        "request": {"operation": operation},
+        "request": request,
         "namespaceObject": to_unstructured(namespace),
         "params": None,
         "variables": {},
@@ -260,10 +265,12 @@ def activation(*, object: Mapping[str, Any] | None, old_object: Mapping[str, Any
 
 def evaluate_policy(policy: Mapping[str, Any], *, object: Mapping[str, Any] | None,
                     old_object: Mapping[str, Any] | None = None, operation: str = "CREATE",
-                    namespace: Mapping[str, Any] | None = None, minor: int = 30) -> PolicyResult:
+                    namespace: Mapping[str, Any] | None = None, minor: int = 30,
+                    user_info: Mapping[str, Any] | None = None) -> PolicyResult:
     """Run one ValidatingAdmissionPolicy over an admission request (matching by resource is the caller's)."""
     spec = policy["spec"]
-    data = activation(object=object, old_object=old_object, operation=operation, namespace=namespace)
+    data = activation(object=object, old_object=old_object, operation=operation, namespace=namespace,
+                      user_info=user_info)
     for condition in spec.get("matchConditions", []):
         if _run(condition["expression"], minor, data) is False:
             return PolicyResult(False)

@@ -32,6 +32,9 @@ settings.register_profile("default", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
+# The real kube-apiserver + etcd fixture (`kube_api`) and its marker's collection hook.
+pytest_plugins = ["kube_api"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--update-golden", action="store_true", default=False,

@@ -41,6 +41,14 @@ def test_compile_bench_compiles_validates_and_checks_the_overlap_rewrite() -> No
     assert "## class-overlap check" in out and "| yes |" in out
 
 
+def test_review_size_bench_times_each_shape_in_process_and_through_the_webhook() -> None:
+    out = run_bench("review_size_bench.py")
+    assert "| shape | containers | body | in process | through the webhook | verdict |" in out
+    for shape in ("gpu-each", "one-gpu", "affinity"):
+        assert f"| {shape} | 100 |" in out and f"| {shape} | fitted exponent |" in out
+    assert out.count("| deny |") == 4 and out.count("| allow |") == 2  # gpu-each and one-gpu deny, affinity allows
+
+
 def test_startup_bench_times_the_short_commands_and_lists_their_imports() -> None:
     out = run_bench("startup_bench.py")
     assert "`gpupolicy --help`" in out and "`gpupolicy validate (example)`" in out

@@ -67,6 +67,9 @@ class Host(Protocol):
     def admit_large_body(self, connection: Connection) -> bool: ...
     def large_body_done(self, connection: Connection) -> None: ...
     def closed(self, connection: Connection) -> None: ...
+    def idle(self, connection: Connection) -> None: ...
+    def active(self, connection: Connection) -> None: ...
+    def evaluate(self, app: wsgi.WSGIApp, env: dict[str, Any]) -> asyncio.Future[wsgi.Answer]: ...
     def after_large_request(self) -> None: ...
     def dropped(self, reason: str, message: str) -> None: ...
 
@@ -103,6 +106,8 @@ class Connection(asyncio.Protocol):
         self._trailer_bytes = 0
         self._large = False
         self._write_paused = False
+        self._evaluating = False  # a review of this connection is with a review thread (worker.py)
+        self.task: asyncio.Task[None] | None = None  # its TLS handshake, until the connection is made
 
     # --- asyncio.Protocol -------------------------------------------------------------------------------
 
@@ -116,6 +121,7 @@ class Connection(asyncio.Protocol):
         if self.host.draining:
             self.close()
             return
+        self.host.idle(self)
         self._arm(self.accepted_at + self.limits.header_timeout, "request headers", self.limits.header_timeout)
 
     def data_received(self, data: bytes) -> None:
@@ -185,6 +191,7 @@ class Connection(asyncio.Protocol):
     # --- httptools callbacks ------------------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
+        self.host.active(self)
         now = self.loop.time()
         if self.phase == "new":  # its first request: every deadline counts from the accept
             self._started = self.accepted_at
@@ -245,6 +252,7 @@ class Connection(asyncio.Protocol):
         request = self.request
         assert request is not None
         request.body = b"".join(self._chunks)
+        request.arrived = self.loop.time()
         self._chunks = []
         self.ready.append((request, self.parser.should_keep_alive()))
         self.request = None
@@ -254,15 +262,17 @@ class Connection(asyncio.Protocol):
     # --- answering ------------------------------------------------------------------------------------------
 
     def _answer_ready(self) -> None:
-        while self.ready and self.phase != "closing":
+        # Pipelined requests are answered in order: the next waits while a review is with a thread.
+        while self.ready and self.phase != "closing" and not self._evaluating:
             request, keep_alive = self.ready.pop(0)
             self._answer(request, keep_alive=keep_alive and not self.host.draining)
-        if self.phase != "closing":
+        if self.phase != "closing" and not self._evaluating:
             self._after_answers()
 
     def _after_answers(self) -> None:
         if self.request is None and not self.ready and not self._write_paused:
             self.phase = "idle"
+            self.host.idle(self)
             self._arm(self.loop.time() + self.limits.keepalive, None, self.limits.keepalive)
 
     def _answer(self, request: wsgi.Request, *, keep_alive: bool) -> None:
@@ -272,15 +282,43 @@ class Connection(asyncio.Protocol):
             self.refuse(Refused(400, "the request target is not a valid URL"))
             return
         env = wsgi.environ(request, url.path or b"/", url.query or b"", self.endpoint)
-        try:
-            status, headers, body = wsgi.call(self.app, env)
+        env[wsgi.ARRIVED_KEY] = request.arrived
+        if request.method == "POST":
+            # A review is evaluated by a review thread, so this loop goes on reading, handshaking and answering
+            # probes meanwhile; the answer is written when it is done (_answered).
+            self._evaluating = True
+            self.host.evaluate(self.app, env).add_done_callback(
+                lambda done: self._answered(request, keep_alive, done))
+            return
+        try:  # probes and metrics: cheap, answered on the loop
+            answer = wsgi.call(self.app, env)
         except Exception:
-            # The Flask app answers every error itself (app.py's last-resort handler); reaching here is a bug.
-            log.exception("the application failed on %s %s from %s", request.method,
-                          _shown(request.target), self.endpoint.peer)
-            status, headers, body = _status_answer(500, "internal error")
-        finally:
+            answer = self._failed(request)
+        self._send(request, answer, keep_alive=keep_alive)
+
+    def _answered(self, request: wsgi.Request, keep_alive: bool, done: asyncio.Future[wsgi.Answer]) -> None:
+        self._evaluating = False
+        if done.cancelled():  # the worker is stopping
             self._release()
+            self.abort()
+            return
+        error = done.exception()
+        answer = self._failed(request, error) if error is not None else done.result()
+        if self.phase == "closing":  # the client went away meanwhile: nobody to answer
+            self._release()
+            return
+        self._send(request, answer, keep_alive=keep_alive)
+        self._answer_ready()
+
+    def _failed(self, request: wsgi.Request, error: BaseException | None = None) -> wsgi.Answer:
+        # The Flask app answers every error itself (app.py's last-resort handler); reaching here is a bug.
+        log.error("the application failed on %s %s from %s", request.method, _shown(request.target),
+                  self.endpoint.peer, exc_info=error or True)
+        return _status_answer(500, "internal error")
+
+    def _send(self, request: wsgi.Request, answer: wsgi.Answer, *, keep_alive: bool) -> None:
+        self._release()
+        status, headers, body = answer
         head = wsgi.response_head(status, headers, len(body), close=not keep_alive)
         self._write(head if request.method == "HEAD" else head + body)
         if len(request.body) > self.limits.small_body_bytes:
@@ -315,6 +353,13 @@ class Connection(asyncio.Protocol):
         self._disarm()
         if self.transport is not None:
             self.transport.abort()
+
+    def evict(self) -> None:
+        """Close a connection with no request in flight to make room for a new one (worker.py, at the cap)."""
+        if self.transport is not None:
+            self.close()
+        elif self.task is not None:  # still in its TLS handshake
+            self.task.cancel()
 
     # --- deadlines ------------------------------------------------------------------------------------------
 
@@ -361,7 +406,7 @@ def not_found(env: dict[str, Any], start_response: Any) -> list[bytes]:
     return [body]
 
 
-def _status_answer(code: int, message: str) -> tuple[str, list[tuple[str, str]], bytes]:
+def _status_answer(code: int, message: str) -> wsgi.Answer:
     body = json.dumps(review.status_document(code, message)).encode()
     return wsgi.status_line(code), [("Content-Type", "application/json")], body
 

@@ -79,7 +79,8 @@ class Metrics:
         self.dropped_connections = Counter(
             "gpupolicy_webhook_dropped_connections",
             "Clients refused or disconnected before their request reached the webhook, by reason: timeout (a "
-            "phase's deadline passed), malformed (broken HTTP), too-large, connection-limit.",
+            "phase's deadline passed), malformed (broken HTTP), too-large, connection-limit (refused: every connection "
+            "busy), evicted (idle longest, closed for a new one at the limit).",
             ["reason"], registry=registry,
         )
         self._policy_labels: tuple[str, str] | None = None

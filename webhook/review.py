@@ -15,6 +15,7 @@ from typing import Any, Literal, NotRequired, Protocol, TypedDict, cast, get_arg
 
 import orjson
 
+from policy.admission import budget
 from policy.spec.diagnostics import bounded, format_path
 
 __all__ = [
@@ -88,6 +89,7 @@ Outcome = Literal["allow", "deny", "warn", "audit", "skip", "error"]
 _OUTCOME_BY_SEVERITY: dict[str, Outcome] = {"error": "deny", "warning": "warn", "info": "audit"}
 NO_RULE = "none"
 INTERNAL_ERROR_RULE = "internal-error"
+BUDGET_RULE = "review-budget-exceeded"
 
 
 # --- wire types (admission.k8s.io/v1 types.go; v1beta1 has the same shape) ----------------------------
@@ -431,6 +433,7 @@ class Evaluator(Protocol):
         tenants: Sequence[str] = (),
         operation: str = "CREATE",
         old_obj: Mapping[str, Any] | None = None,
+        expired: budget.Expired = budget.never,
     ) -> DecisionLike: ...
 
 
@@ -454,21 +457,27 @@ class Verdict:
     """Per denying finding its rule, path and message, and the verified fix as data (status.details.causes)."""
 
 
-def decide(review: Review, evaluator: Evaluator, *, tenants: Sequence[str] = ()) -> Verdict:
+def decide(review: Review, evaluator: Evaluator, *, tenants: Sequence[str] = (),
+           expired: budget.Expired = budget.never) -> Verdict:
     """Evaluate a review, or skip what a GPU policy never judges.
 
     Skipped, and allowed: DELETE and CONNECT (a webhook must never block deletes: Kyverno #4686) and every
     subresource (scale, status, ephemeralcontainers: none carries a pod template's GPU requests). A dryRun
-    review is evaluated like any other, so `kubectl apply --dry-run=server` sees the real verdict.
+    review is evaluated like any other, so `kubectl apply --dry-run=server` sees the real verdict. A review
+    whose budget runs out (``expired``) is denied: see over_budget.
     """
     if review.operation in ("DELETE", "CONNECT"):
         return Verdict(allowed=True, rules=((NO_RULE, "skip"),), skipped=f"operation {review.operation}")
     if review.sub_resource:
         return Verdict(allowed=True, rules=((NO_RULE, "skip"),), skipped=f"subresource {review.sub_resource}")
     assert review.object is not None  # parse_review guarantees it for CREATE and UPDATE
-    decision = evaluator.evaluate(
-        review.object, tenants=tuple(tenants), operation=review.operation, old_obj=review.old_object
-    )
+    try:
+        decision = evaluator.evaluate(
+            review.object, tenants=tuple(tenants), operation=review.operation, old_obj=review.old_object,
+            expired=expired,
+        )
+    except budget.OverBudget as over:
+        return over_budget(review, over.step)
     rules = tuple(dict.fromkeys(
         (d.code, _OUTCOME_BY_SEVERITY.get(d.severity, "audit")) for d in decision.diagnostics
     ))
@@ -523,6 +532,22 @@ def internal_error(review: Review, incident: str) -> Verdict:
         message=(f"gpupolicy could not evaluate {review.object_ref} (internal error {incident}); "
                  "the request was refused to be safe: retry, and report the incident id if it persists"),
         rules=((INTERNAL_ERROR_RULE, "error"),),
+    )
+
+
+def over_budget(review: Review, step: str) -> Verdict:
+    """Fail closed on an object the engine could not judge in time: a denial, never an allow.
+
+    Answered well before the API server's timeoutSeconds, so the denial is what the user sees under any
+    failurePolicy (an unanswered call would be admitted unchecked under Ignore). The engine is linear in the
+    object, so only an object far larger than any real workload gets here; it is counted under its own rule."""
+    return Verdict(
+        allowed=False, code=403, reason="Forbidden",
+        message=(f"gpupolicy could not decide {review.object_ref} within its review budget (the time ran out while "
+                 f"{step}), so it is "
+                 "refused rather than admitted unchecked; split it into smaller objects, or ask the platform team "
+                 "to raise the webhook's --review-budget"),
+        rules=((BUDGET_RULE, "deny"),),
     )
 
 

@@ -10,6 +10,7 @@ from werkzeug.exceptions import BadRequest, NotFound, UnsupportedMediaType
 
 from webhook import review
 from webhook.context import EXTENSION, current_webhook, status_response
+from webhook.wsgi import ARRIVED_KEY
 
 blueprint = Blueprint(EXTENSION, __name__)
 
@@ -32,10 +33,14 @@ def validate(tenant: str | None) -> Response:
     webhook = current_webhook()
     webhook.store.maybe_refresh()
     started = g.started = time.perf_counter()
+    # The budget runs from the request's arrival, so time spent queueing for a review thread counts (worker.py
+    # stamps it; under another WSGI server it runs from here).
+    arrived = request.environ.get(ARRIVED_KEY) or time.monotonic()
     if tenant is not None and not _DNS_LABEL.match(tenant):
         raise NotFound(f"{tenant!r} is not a tenant name (tenant names are DNS labels)")
     rv = g.review = review.parse_review(_json_body())
-    verdict = webhook.admit(rv, tenant=tenant, started=started)
+    verdict = webhook.admit(rv, tenant=tenant, started=started,
+                            deadline=arrived + webhook.settings.review_budget_seconds)
     return jsonify(review.build_response(rv, verdict))
 
 

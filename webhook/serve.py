@@ -134,6 +134,10 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         """The plain-HTTP port for /metrics and the probes, or 0 (the worker serves it without TLS)."""
         return self.settings.metrics_port
 
+    def review_threads(self) -> int:
+        """How many threads of each worker evaluate reviews beside its event loop (worker.py)."""
+        return self.settings.threads
+
     def large_body_slots(self) -> int:
         """How many bodies past 64 KiB one worker reads at once (worker.py)."""
         return LARGE_BODY_SLOTS

@@ -45,8 +45,15 @@ class Settings:
     scrape where the NetworkPolicy admits only the API server to the serving port; the compiled Deployment
     uses 9090. /metrics stays on the serving port too."""
     workers: int = 2
-    threads: int = 1
-    """Not used since the event-loop worker: accepted so that existing `--threads` command lines still run."""
+    threads: int = 2
+    """Review threads per worker: the event loop reads, handshakes and answers probes while up to this many reviews
+    are evaluated beside it (worker.py). They share the process's GIL, so more threads buy no CPU: two keep one
+    costly review from holding up a cheap one, and the loop responsive, for one thread hand-off per review."""
+    review_budget_seconds: float = 1.0
+    """How long one review may take from its arrival (its last byte) to its verdict, queueing for a thread
+    included; past it the review is denied, never allowed, and counted (rule review-budget-exceeded). The
+    compiled Deployment sets a third of the webhook's timeoutSeconds (1 s of the default 3 s), so a denial
+    reaches the API server well before it gives up and applies the failurePolicy."""
     max_connections: int = 500
     """Open connections per worker, TLS handshakes included; beyond this a new one is closed at once. Each idle
     TLS connection holds about 40 KiB, so the pod's memory limit is sized for 2 x 500 (docs/reliability.md)."""
@@ -114,6 +121,8 @@ class Settings:
                                 f"other than the serving port {self.port}")
         if self.workers < 1 or self.threads < 1:
             raise SettingsError("workers and threads must be at least 1")
+        if not 0 < self.review_budget_seconds <= 30:  # the API server waits 30 s at most; refuses nan too
+            raise SettingsError("the review budget must be more than 0 and at most 30 seconds")
         if self.max_connections < 1:
             raise SettingsError("max connections must be at least 1")
         if self.max_content_length < 1024:
@@ -153,7 +162,7 @@ _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "port": int, "metrics_port": int, "workers": int, "threads": int, "max_content_length": int, "max_connections": int,
     "reload_interval_seconds": float, "drain_seconds": float, "graceful_timeout_seconds": float,
     "keepalive_seconds": float, "header_timeout_seconds": float, "request_timeout_seconds": float,
-    "log_objects": _to_bool,
+    "review_budget_seconds": float, "log_objects": _to_bool,
     "log_level": str.lower, "bind": str, "policy_file": Path, "spec_file": Path, "cert_file": Path,
     "key_file": Path, "metrics_dir": Path,
 }

@@ -46,8 +46,8 @@ class Webhook:
     metrics: webhook_metrics.Metrics
     drain: DrainFlag
 
-    def admit(self, rv: review.Review, *, tenant: str | None, started: float) -> review.Verdict:
-        """Decide one review against the current policy, then count and log it.
+    def admit(self, rv: review.Review, *, tenant: str | None, started: float, deadline: float) -> review.Verdict:
+        """Decide one review against the current policy by ``deadline`` (time.monotonic), then count and log it.
 
         Raises ServiceUnavailable (HTTP 503) while no valid policy has loaded: the API server then applies
         the webhook's failurePolicy, and readiness keeps the Service from sending us traffic meanwhile.
@@ -55,7 +55,8 @@ class Webhook:
         snapshot = self.store.current
         if snapshot is None:
             raise ServiceUnavailable(f"no valid admission policy is loaded: {self.store.last_error}")
-        verdict = review.decide(rv, snapshot.engine, tenants=(tenant,) if tenant else ())
+        verdict = review.decide(rv, snapshot.engine, tenants=(tenant,) if tenant else (),
+                                expired=lambda: time.monotonic() >= deadline)
         self.record(rv, verdict, time.perf_counter() - started, tenant=tenant, generation=snapshot.generation)
         return verdict
 
@@ -67,6 +68,8 @@ class Webhook:
         # them) only at debug level (Gatekeeper, too, logs denials only): the metrics count it, and a line per pod
         # created was a seventh of a review's cost (docs/performance.md).
         level = logging.INFO if fired or not verdict.allowed else logging.DEBUG
+        if verdict.rules[0][0] == review.BUDGET_RULE:
+            level = logging.WARNING  # the object is unusual, or the webhook is overloaded: either wants a look
         if not log.isEnabledFor(level):
             return
         outcome = "allow" if verdict.allowed else "deny"

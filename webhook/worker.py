@@ -4,13 +4,23 @@ Why not gthread (the worker this replaced): it commits one of its few threads to
 request has arrived, so clients that complete a TLS handshake and stay silent, trickle their headers, or
 declare a large body and send it slowly held every thread and stopped the reviews behind them
 (docs/reliability.md has the figures). Here a connection is an object on the loop until its request is
-complete (connection.py), and the application then runs on the loop itself: reviews are pure CPU under the
-GIL, so a thread pool would add hand-offs and buy no parallelism. Two processes use two CPUs.
+complete (connection.py). A review is then evaluated by one of a few review threads (`threads`, 2 by
+default), so the loop goes on reading requests, completing handshakes and answering /healthz while it runs:
+reviews are pure CPU under the GIL, so the threads buy no parallelism (two processes use two CPUs), but
+a costly review no longer stops every other connection of its worker. Each review has a budget counted
+from its arrival, queueing included (routes.py), and the engine is linear in the object, so no review
+holds a thread longer than that. Probes and /metrics are answered on the loop itself.
 
 What the worker bounds:
 * connections: at most `max_connections` open at once (gunicorn's `worker_connections`), handshakes
-  included; beyond that a new connection is closed at once, before any TLS work, and counted. The
-  metrics port, when there is one, has its own 16, plain HTTP, and serves only /metrics and the probes;
+  included. At the cap a new connection takes the place of the one idle longest without a request in
+  flight, which is closed and counted (reason evicted): idle strangers cannot keep the API server out,
+  whose connections carry requests. Only when every connection has a request under way is the newcomer
+  closed at once, before any TLS work. The cap stays as memory protection (each idle TLS connection holds
+  ~40 KiB, docs/reliability.md). The metrics port, when there is one, has its own 16, plain HTTP, and
+  serves only /metrics and the probes;
+* reviews waiting for a thread: at most REVIEW_QUEUE per worker; past that a review is evaluated as
+  already out of time, which denies it at once (never allows);
 * TLS: the handshake must finish within the header timeout; each handshake uses the newest good
   certificate (the `ssl_context` hook, tls.CertificateReloader); asyncio's per-connection read buffer is
   cut from 256 KiB to 16 KiB (one TLS record), or a thousand idle connections would hold 256 MiB;
@@ -26,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import asyncio.sslproto
 import collections
+import concurrent.futures
 import contextlib
 import ctypes
 import ctypes.util
@@ -60,6 +71,9 @@ SCRAPE_PATHS = frozenset({"/metrics", "/healthz", "/readyz"})
 #: Open connections per worker on the metrics port, apart from the serving port's: a scraper needs one or
 #: two, and whoever else reaches that port cannot take connections from the API server.
 SCRAPE_CONNECTIONS = 16
+#: Reviews queued for a review thread per worker, beyond those being evaluated. A queued review's budget runs
+#: while it waits, so a longer queue would only hold reviews that are denied for their time when they start.
+REVIEW_QUEUE = 64
 #: Drop reports logged one by one per window; the rest are counted and summed up in one line.
 LOG_BURST, LOG_WINDOW_SECONDS = 20, 10.0
 
@@ -73,6 +87,10 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self._scrapes: set[connection.Connection] = set()  # on the metrics port
         self._large: set[connection.Connection] = set()
         self._waiting: collections.deque[connection.Connection] = collections.deque()
+        # Serving connections with no request in flight, the one idle longest first (dicts keep insertion order).
+        self._idle: dict[connection.Connection, None] = {}
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._reviews = 0  # with the pool: being evaluated or queued
         self.loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._log_window_end = 0.0
@@ -110,6 +128,28 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
     def closed(self, conn: connection.Connection) -> None:
         self.connections.discard(conn)
         self._scrapes.discard(conn)
+        self._idle.pop(conn, None)
+
+    def idle(self, conn: connection.Connection) -> None:
+        if conn in self.connections:
+            self._idle.pop(conn, None)
+            self._idle[conn] = None  # now the newest idle one
+
+    def active(self, conn: connection.Connection) -> None:
+        self._idle.pop(conn, None)
+
+    def evaluate(self, app: wsgi.WSGIApp, env: dict[str, Any]) -> asyncio.Future[wsgi.Answer]:
+        """Run the application on a review thread; the future completes on the loop."""
+        assert self.loop is not None and self._pool is not None
+        if self._reviews >= self._threads + REVIEW_QUEUE:
+            env[wsgi.ARRIVED_KEY] = float("-inf")  # out of time before it starts: denied at its first step
+        self._reviews += 1
+        future = self.loop.run_in_executor(self._pool, wsgi.call, app, env)
+        future.add_done_callback(self._review_done)
+        return future
+
+    def _review_done(self, _: asyncio.Future[wsgi.Answer]) -> None:
+        self._reviews -= 1
 
     def after_large_request(self) -> None:
         """Hand the heap's free pages back to the kernel after a large body (glibc keeps them otherwise)."""
@@ -145,6 +185,8 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self._limits = self.app.connection_limits()
         self._large_slots = self.app.large_body_slots()
         self._metrics_port = self.app.metrics_port()
+        self._threads = self.app.review_threads()
+        self._pool = concurrent.futures.ThreadPoolExecutor(self._threads, thread_name_prefix="review")
         super().init_process()  # signals, the application, then run()
 
     def init_signals(self) -> None:
@@ -165,6 +207,8 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         try:
             self.loop.run_until_complete(self._serve())
         finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
             self.loop.close()
 
     # --- serving ----------------------------------------------------------------------------------------
@@ -201,16 +245,24 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
                 self.log.warning("cannot accept a connection: %s", err)
                 return
             if len(table) >= limit:
-                self.dropped("connection-limit", f"{_peer(client)}: refused, {len(table)} connections are open "
-                                                 f"on the {'metrics' if scrape else 'serving'} port (the limit "
-                                                 f"per worker)")
-                client.close()
-                continue
+                victim = None if scrape else next(iter(self._idle), None)
+                if victim is None:
+                    self.dropped("connection-limit", f"{_peer(client)}: refused, {len(table)} connections are "
+                                                     f"open on the {'metrics' if scrape else 'serving'} port (the "
+                                                     "limit per worker) and each has a request under way")
+                    client.close()
+                    continue
+                self.closed(victim)
+                victim.evict()
+                self.dropped("evicted", f"{victim.endpoint.peer}: closed, the connection idle longest, for a new "
+                                        f"one: {limit} connections were open (the limit per worker)")
             client.setblocking(False)
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn = connection.Connection(self, app, accepted_at=self.loop.time())
             table.add(conn)
-            self.loop.create_task(self._start(conn, client, tls=self.cfg.is_ssl and not scrape))
+            if not scrape:
+                self._idle[conn] = None  # no request yet: evictable from its accept on
+            conn.task = self.loop.create_task(self._start(conn, client, tls=self.cfg.is_ssl and not scrape))
 
     async def _start(self, conn: connection.Connection, client: socket.socket, *, tls: bool) -> None:
         assert self.loop is not None
@@ -222,6 +274,10 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
                 ssl_handshake_timeout=self._limits.header_timeout if context else None,
                 ssl_shutdown_timeout=TLS_SHUTDOWN_SECONDS if context else None,
             )
+            conn.task = None
+        except asyncio.CancelledError:  # evicted during its handshake
+            self._failed(conn, client)
+            return
         except TimeoutError:
             self._failed(conn, client)
             self.dropped("timeout", f"{peer} did not complete its TLS handshake within "

@@ -16,6 +16,11 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+#: The environ key carrying when the request's last byte arrived (time.monotonic, the event loop's clock): the
+#: review budget runs from there, so time queued for a review thread counts (routes.py).
+ARRIVED_KEY = "gpupolicy.arrived"
+Answer = tuple[str, list[tuple[str, str]], bytes]
+"""An application's status line, headers and whole body."""
 
 
 @dataclass
@@ -27,6 +32,8 @@ class Request:
     version: str
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     body: bytes = b""
+    arrived: float = 0.0
+    """When its last byte arrived, on the event loop's clock (time.monotonic)."""
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of a header (name in lower case), or None."""
@@ -97,7 +104,7 @@ def only(app: WSGIApp, paths: frozenset[str], refuse: WSGIApp) -> WSGIApp:
     return guarded
 
 
-def call(app: WSGIApp, env: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes]:
+def call(app: WSGIApp, env: dict[str, Any]) -> Answer:
     """Run the application on env: its status line, headers and whole body."""
     started: list[Any] = []
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from cli.reporters import Report
     from policy.admission.engine import Engine
+    from policy.resolved.tenancy import Tenancy
     from policy.spec.diagnostics import Diagnostic, Path
     from policy.spec.source import Document
 
@@ -32,6 +33,8 @@ class _Tally:
     denied: int = 0
     warned: int = 0
     unchecked: int = 0
+    relabelled: int = 0
+    """Namespaces whose tenant labels someone other than a tenancy manager set (metadata.managedFields)."""
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
@@ -44,42 +47,55 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpupolicy admit: error: {namespaces}", file=sys.stderr)
         return 2
     report = Report()
-    engine = _load_engine(args.policy, report)
-    if engine is None:  # a broken policy is bad input, not a denied workload: CI must tell them apart
+    loaded = _load_engine(args.policy, report)
+    if loaded is None:  # a broken policy is bad input, not a denied workload: CI must tell them apart
         sys.stdout.write(REPORTER_BY_NAME[args.output](report))
         return 2
+    engine, tenancy = loaded
     documents = list(read_manifests(args.manifests, report))
     tally = _Tally(namespaces=namespace_objects(documents))
     for ns, labels in namespaces.items():
         tally.namespaces.setdefault(ns, {}).update(labels)
     for doc in documents:
-        report.extend(_admit_document(engine, doc, args.namespace, tally))
+        report.extend(_admit_document(engine, doc, args.namespace, tally, tenancy))
     unchecked = f"; {tally.unchecked} object(s) asking for GPUs not checked" if tally.unchecked else ""
+    relabelled = (f"; {tally.relabelled} namespace(s) with tenant labels set by someone other than a manager"
+                  if tally.relabelled else "")
     print(f"gpupolicy admit: {tally.objects} workload(s) checked: {tally.denied} denied, "
-          f"{tally.warned} with warnings{unchecked}", file=sys.stderr)
+          f"{tally.warned} with warnings{unchecked}{relabelled}", file=sys.stderr)
     sys.stdout.write(REPORTER_BY_NAME[args.output](report))
     return report.exit_code
 
 
-def _load_engine(path: str, report: Report) -> Engine | None:
+def _load_engine(path: str, report: Report) -> tuple[Engine, Tenancy] | None:
+    """The rule engine of the spec, and who may set its tenants' labels; None (findings reported) for a broken spec."""
     from cli.inputs import load_spec
     from policy.admission.engine import Engine
     from policy.resolved.offers import build_admission_policy
+    from policy.resolved.tenancy import tenancy
 
     policy, found = load_spec(path)
     if policy is None:
         report.files += 1
         report.extend(found)
         return None
-    return Engine(build_admission_policy(policy))
+    return Engine(build_admission_policy(policy)), tenancy(policy.spec)
 
 
-def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tally) -> Iterator[Diagnostic]:
+def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tally,
+                    tenancy: Tenancy) -> Iterator[Diagnostic]:
     from cli.manifests import objects
     from policy.admission import workloads
     from policy.admission.engine import NOT_CHECKED
+    from policy.resolved.tenancy import namespace_label_findings
 
     for obj, prefix in objects(doc.data):
+        if obj.get("kind") == "Namespace":
+            # Who chose the namespace's tenant, where its managedFields say (kubectl get --show-managed-fields).
+            found = [replace(d, path=(*prefix, *d.path), span=doc.source.span((*prefix, *d.path), key=True))
+                     for d in namespace_label_findings(tenancy, obj)]
+            tally.relabelled += bool(found)
+            yield from found
         workload = workloads.find_workload(obj)
         ns = (workload.namespace if workload else None) or _namespace(obj) or default_ns
         if workload is not None:

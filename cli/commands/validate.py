@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     from cli.inputs import read_text
     from cli.reporters import REPORTER_BY_NAME, Report
     from policy.load import load_policies
-    from policy.spec.diagnostics import Diagnostic
+    from policy.spec.diagnostics import Diagnostic, sort_key
 
     report = Report()
     for path in args.files:
@@ -27,7 +27,8 @@ def run(args: argparse.Namespace) -> int:
             report.extend([text])
             continue
         for result in load_policies(text, filename=path):
-            report.extend(result.diagnostics)
+            # Notes (the tenant label keys) are for whoever reviews the spec, so validate alone prints them.
+            report.extend(sorted((*result.diagnostics, *result.notes), key=sort_key))
     if args.strict:
         from dataclasses import replace
 

@@ -40,9 +40,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--metrics-port", type=int, help="also serve /metrics and the probes over plain HTTP "
                                                         "on this port (default 0: not at all)")
     serve.add_argument("--workers", type=int, help="worker processes (default 2)")
-    serve.add_argument("--threads", type=int, help="ignored: each worker serves from one event loop (kept so "
-                                                   "existing command lines run)")
-    serve.add_argument("--max-connections", type=int, help="open connections per worker (default 500)")
+    serve.add_argument("--threads", type=int, help="review threads per worker, beside its event loop (default 2)")
+    serve.add_argument("--max-connections", type=int, help="open connections per worker (default 500); at the cap "
+                                                           "the connection idle longest is closed for a new one")
+    serve.add_argument("--review-budget", type=float, metavar="SECONDS",
+                       help="how long one review may take before it is denied, never allowed (default 1; the "
+                            "compiled Deployment sets a third of timeoutSeconds)")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help="default info")
 
     certs = sub.add_parser(
@@ -84,7 +87,7 @@ def _serve(args: argparse.Namespace) -> int:
             policy_file=args.policy, spec_file=args.spec, cert_dir=args.cert_dir, cert_file=args.cert,
             key_file=args.key, bind=args.bind, port=args.port, metrics_port=args.metrics_port,
             workers=args.workers, threads=args.threads,
-            max_connections=args.max_connections,
+            max_connections=args.max_connections, review_budget_seconds=args.review_budget,
             log_level=args.log_level,
         )
     except SettingsError as err:

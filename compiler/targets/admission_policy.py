@@ -45,8 +45,9 @@ from policy.resolved import offers
 from policy.resolved.resolve import GPU, MIG_PREFIX, ResolvedPolicy
 from policy.spec.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, Spec
 
-__all__ = ["ACTIONS", "NOT_COMPILED", "NOT_DECIDED", "PATHS", "PodSpecPath", "cel_rules",
-           "policy_names", "render_admission_policies", "report_notes", "variables_of"]
+__all__ = ["ACTIONS", "NOT_COMPILED", "NOT_DECIDED", "PATHS", "PodSpecPath", "cel_rules", "lit",
+           "policy_names", "render_admission_policies", "report_notes", "tenant_requirement", "tenant_selectors",
+           "variables_of"]
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 NAME_SUFFIX = ".gpupolicy.dev"
@@ -219,12 +220,7 @@ def _data(policy: offers.AdmissionPolicy) -> list[tuple[str, str]]:
         ("allModes", lit(list(SHARING_MODES))),
         ("defaultModes", lit(list(policy.default_allow))),
         ("tenantNames", lit([t.name for t in tenants])),
-        # A selector as a list of requirements, each a map of one-element or value lists, so the literal stays
-        # homogeneous: map(string, list(map(string, list(string)))) (cel-monitoring.md §1.4).
-        ("tenantSel", lit({t.name: [{"key": [k], "operator": ["In"], "values": [val]}
-                                    for k, val in sorted(t.match_labels.items())]
-                           + [{"key": [e.key], "operator": [e.operator], "values": list(e.values)}
-                              for e in t.match_expressions] for t in tenants})),
+        ("tenantSel", lit(tenant_selectors(tenants))),
         ("tenantModes", lit({t.name: list(t.allow) for t in tenants})),
         ("tenantClasses", lit({t.name: list(t.classes) for t in tenants if t.classes})),
     ]
@@ -236,6 +232,22 @@ def _data(policy: offers.AdmissionPolicy) -> list[tuple[str, str]]:
                   ("taintResources", lit(sorted({t.key for view in views for t in view.taints
                                                  if t.key.startswith(GPU_PREFIX)})))]
     return found
+
+
+def tenant_selectors(tenants: Iterable[offers.TenantDoc]) -> dict[str, list[dict[str, list[str]]]]:
+    """Each tenant's selector as a list of requirements, each a map of one-element or value lists, so the literal
+    stays homogeneous: map(string, list(map(string, list(string)))) (cel-monitoring.md §1.4)."""
+    return {t.name: [{"key": [k], "operator": ["In"], "values": [val]} for k, val in sorted(t.match_labels.items())]
+            + [{"key": [e.key], "operator": [e.operator], "values": list(e.values)} for e in t.match_expressions]
+            for t in tenants}
+
+
+def tenant_requirement(labels: str) -> str:
+    """Requirement ``e`` (a `tenant_selectors` entry) holds for the label map ``labels`` (selectors.Requirement)."""
+    return (f"(e['operator'][0] == 'In' ? (e['key'][0] in {labels} && {labels}[e['key'][0]] in e['values'])"
+            f" : e['operator'][0] == 'NotIn' ? !(e['key'][0] in {labels} && {labels}[e['key'][0]] in "
+            f"e['values']) : e['operator'][0] == 'Exists' ? e['key'][0] in {labels} : "
+            f"!(e['key'][0] in {labels}))")
 
 
 def _pin_reach(views: list[ClassView]) -> dict[str, list[str]]:
@@ -501,11 +513,7 @@ def _unchanged() -> str:
 
 def _tenancy() -> list[tuple[str, str]]:
     """The namespace's tenants from namespaceObject's labels (engine.tenants_for), and what they allow together."""
-    labels = "variables.nsLabels"
-    requirement = (f"(e['operator'][0] == 'In' ? (e['key'][0] in {labels} && {labels}[e['key'][0]] in e['values'])"
-                   f" : e['operator'][0] == 'NotIn' ? !(e['key'][0] in {labels} && {labels}[e['key'][0]] in "
-                   f"e['values']) : e['operator'][0] == 'Exists' ? e['key'][0] in {labels} : "
-                   f"!(e['key'][0] in {labels}))")
+    requirement = tenant_requirement("variables.nsLabels")
     return [
         # The API server labels every namespace with kubernetes.io/metadata.name (1.21+).
         ("nsLabels", "namespaceObject == null ? {} : namespaceObject.metadata.?labels.orValue({})"),

@@ -289,6 +289,11 @@ def _spread() -> list[Obj]:
     ]
 
 
+def review_budget(timeout_seconds: int) -> str:
+    """The webhook's --review-budget for the API server's timeoutSeconds: a third of it, as seconds."""
+    return f"{timeout_seconds / 3:.2f}".rstrip("0").rstrip(".")
+
+
 def _container(policy: ClusterGPUPolicy) -> Obj:
     admission = policy.spec.admission
 
@@ -312,6 +317,9 @@ def _container(policy: ClusterGPUPolicy) -> Obj:
             "--cert-dir", CERT_DIR,
             "--port", str(PORT),
             "--metrics-port", str(METRICS_PORT),
+            # A third of the API server's wait: a review out of time is denied by us, well before the API server
+            # gives up and applies the failurePolicy (under Ignore, an unanswered review is admitted unchecked).
+            "--review-budget", review_budget(admission.timeout_seconds),
         ],
         "env": [
             # prometheus_client's directory for per-worker metrics under gunicorn (the root is read-only).

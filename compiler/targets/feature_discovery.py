@@ -13,12 +13,11 @@ from __future__ import annotations
 from compiler import objects
 from compiler.objects import Obj
 from compiler.targets import device_plugin
-from policy.hardware import operator
+from policy.hardware import releases
 from policy.resolved.resolve import ResolvedClass, ResolvedPolicy
 
 APP = "gpu-feature-discovery"
 FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
-GFD_IMAGE = "nvcr.io/nvidia/gpu-feature-discovery"
 
 
 def daemonset_name(node_class: str) -> str:
@@ -33,11 +32,18 @@ def render_feature_discovery(resolved: ResolvedPolicy, config_maps: dict[str, st
 
 
 def _image(resolved: ResolvedPolicy) -> tuple[str, list[str]]:
-    """GFD ships in the plugin's image from v0.15.0; before, its own image of the release shipped beside it."""
+    """GFD ships in the plugin's image from v0.15.0; before, its own image: the one the targeted release's Helm
+    chart deploys (policy.hardware.releases.feature_discovery, which cites each release's chart). A release
+    shipped with none (v0.12.0) is refused before compiling (policy.checks.versions.check_standalone_components)."""
     plugin = resolved.spec.device_plugin
-    if plugin.version_tuple >= (0, 15, 0):
+    shipped = releases.feature_discovery(resolved.plugin_release)
+    if shipped.in_plugin_image:
         return plugin.effective_image, ["gpu-feature-discovery"]
-    return f"{GFD_IMAGE}:{operator.nearest(plugin.version_tuple).gfd}", []
+    assert shipped.image is not None, f"{plugin.version}: {shipped.missing}"
+    # GFD before v0.15 is the image's entrypoint (gfd@v0.6.0..v0.8.2: deployments/container/Dockerfile.ubi8
+    # ENTRYPOINT ["/usr/bin/gpu-feature-discovery"]), so no command; it reads --config-file from v0.6.0 on
+    # (gfd@v0.6.0: cmd/gpu-feature-discovery/main.go, flag config-file).
+    return shipped.image, []
 
 
 def _daemon_set(resolved: ResolvedPolicy, node_class: ResolvedClass, config_map: str) -> Obj:

@@ -35,7 +35,7 @@ def render_mig_manager(resolved: ResolvedPolicy, mig_configmap: str) -> dict[str
     managed = sorted((c for c in resolved.classes if c.mig_manager), key=lambda c: c.name)
     if not managed:
         return {}
-    image = plugin.mig_manager.image or operator.nearest(plugin.version_tuple).mig_manager_image
+    image = plugin.mig_manager.image or _shipped_image(resolved)
     clients = objects.config_map(
         "gpupolicy-mig-manager-gpu-clients",
         {CLIENTS_KEY: serialize.dump_yaml({"version": "v1", "systemd-services": list(HOST_GPU_CLIENTS)})
@@ -47,6 +47,16 @@ def render_mig_manager(resolved: ResolvedPolicy, mig_configmap: str) -> dict[str
         out[f"daemonset-{node_class.name}"] = _daemon_set(resolved, node_class, image, mig_configmap,
                                                           clients["metadata"]["name"])
     return out
+
+
+def _shipped_image(resolved: ResolvedPolicy) -> str:
+    """The k8s-mig-manager the GPU Operator shipped beside the targeted plugin release (operator.mig_manager_release
+    cites each release's chart values). A release no operator shipped with a MIG manager (v0.12.0, v0.12.1) is
+    refused before compiling unless migManager.image is set (policy.checks.versions.check_standalone_components)."""
+    plugin = resolved.spec.device_plugin
+    shipped = operator.mig_manager_release(plugin.version_tuple)
+    assert shipped is not None, f"no MIG manager shipped with device plugin {plugin.version}"
+    return shipped.mig_manager_image
 
 
 def _image_version(image: str) -> tuple[int, ...]:

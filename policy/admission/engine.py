@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from policy.admission import remedies
+from policy.admission import budget, remedies
 from policy.admission.fixes import MoveNamespace
 from policy.admission.rules import (
     RULES,
@@ -158,6 +158,10 @@ class Engine:
         self._hami = HamiAdmission.build(policy)  # vGPU pods see only the vgpu classes (policy.admission.vgpu)
         self._memo: dict[tuple[tuple[str, ...], bytes], tuple[bool, tuple[Diagnostic, ...]] | None] = {}
         self._memo_size = memo_size
+        # The most GPU devices one node of any class offers, all resources together, and that class: a pod with more
+        # GPU containers than this is refused before the rules run (beyond_every_class).
+        self._largest = max(((sum(o.per_node for o in view.offers.values()), view.name) for view in self._classes),
+                            key=lambda pair: pair[0], default=(0, ""))
 
     @property
     def classes(self) -> tuple[ClassView, ...]:
@@ -175,7 +179,7 @@ class Engine:
         return tuple(t.name for t in self._tenants.values() if selectors.matches(t.selector, labels))
 
     def evaluate(self, obj: Mapping[str, Any], *, tenants: Sequence[str] = (), operation: str = "CREATE",
-                 old_obj: Mapping[str, Any] | None = None) -> Decision:
+                 old_obj: Mapping[str, Any] | None = None, expired: budget.Expired = budget.never) -> Decision:
         """The decision on a Pod or pod controller; every other object, and any malformed one, is allowed.
 
         ``tenants`` are the namespace's tenants as the webhook path names them: () means the default rules,
@@ -184,7 +188,10 @@ class Engine:
         fix verified to admit the object (policy/admission/remedies.py), or says that none within the policy does.
         A custom resource that asks for GPUs gets a workload-not-checked notice. Objects are judged without their
         instance fields (``without_instance_fields``), so the objects of one template share a verdict, which the
-        engine remembers (up to ``memo_size``). Never raises.
+        engine remembers (up to ``memo_size``).
+
+        ``expired`` is the review's time budget (policy/admission/budget.py): asked between steps, each linear in
+        the object; once it is true the engine raises ``OverBudget`` and remembers nothing. It raises nothing else.
         """
         if not isinstance(operation, str) or operation not in EVALUATED_OPERATIONS:
             return ALLOWED
@@ -203,7 +210,7 @@ class Engine:
         key = _memo_key(template, names) if self._memo_size else None
         judged = self._memo.get(key, _UNJUDGED) if key is not None else _UNJUDGED
         if judged is _UNJUDGED:
-            judged = self._judge(template, workload, names, request)
+            judged = self._judge(template, workload, names, request, expired)
             if key is not None:
                 if len(self._memo) >= self._memo_size:
                     self._memo.clear()  # bounded like the caches above; refilled by the next reviews
@@ -214,17 +221,27 @@ class Engine:
         return Decision(allowed, diagnostics, workload.subject)
 
     def _judge(self, template: Mapping[str, Any], workload: Workload, tenants: tuple[str, ...],
-               request: GpuRequest | None) -> tuple[bool, tuple[Diagnostic, ...]] | None:
+               request: GpuRequest | None, expired: budget.Expired) -> tuple[bool, tuple[Diagnostic, ...]] | None:
         """The verdict and findings (each with its checked fix) on an object without its instance fields; None
         when it asks for no GPU. ``request``: the workload's, when already read."""
         if request is None:
             request = read_gpu_request(workload)
         if request.empty:
             return None
+        beyond = self.beyond_every_class(workload, request)
+        if beyond is not None:
+            return beyond.severity != "error", (beyond,)
+        budget.check(expired, "applying the rules")
         found = self._assess(template, workload, request, tenants)
         if not found.findings:
             return True, ()
-        diagnostics = remedies.remedy(found, self._context, self._reassess)
+
+        def reassess(obj: Mapping[str, Any], tenants: tuple[str, ...],
+                     request: GpuRequest | None = None) -> remedies.Assessment | None:
+            budget.check(expired, "searching for a fix")
+            return self._reassess(obj, tenants, request)
+
+        diagnostics = remedies.remedy(found, self._context, reassess)
         return not any(d.severity == "error" for d in diagnostics), diagnostics
 
     def _reassess(self, obj: Mapping[str, Any], tenants: tuple[str, ...],
@@ -236,6 +253,28 @@ class Engine:
         if workload is None or request is None or request.empty:
             return None
         return self._assess(obj, workload, request, tenants)
+
+    def beyond_every_class(self, workload: Workload, request: GpuRequest) -> Diagnostic | None:
+        """The finding for a pod more GPU containers than one node of any class holds, or None.
+
+        Each such container needs at least one device on the pod's one node, so no edit of amounts, placement or
+        namespace admits the pod: it is refused before any rule or fix search runs, whatever its size (a legal
+        pod may carry thousands of containers). Not a new rule: it is gpu-request-unsatisfiable, in its mode."""
+        needed = request.gpu_containers
+        if needed <= self._largest[0]:
+            return None
+        most, name = self._largest
+        where = (f"the largest node class, {name}, holds {most} GPU devices per node" if name
+                 else "the policy has no node class that offers a GPU")
+        return Diagnostic(
+            "gpu-request-unsatisfiable",
+            f"the pod has {needed} containers that ask for GPUs, and each needs at least one device on the one node "
+            f"the pod runs on; {where}, so no edit of its requests, placement or namespace can place it and it would "
+            "stay Pending",
+            (*workload.spec_path, "containers"),
+            f"split the work into pods of at most {most} GPU containers (a Job's parallelism, a Deployment's "
+            "replicas, or a LeaderWorkerSet's group size)" if most else "ask the platform team for a GPU node class",
+            severity=self._severity["gpu-request-unsatisfiable"])
 
     def _assess(self, obj: Mapping[str, Any], workload: Workload, request: GpuRequest,
                 tenants: tuple[str, ...]) -> remedies.Assessment:

@@ -30,6 +30,10 @@ def _rooted(root: Path, path: Path) -> str:
     return pointer((*root, *path))
 
 
+#: Edits a hint names one by one: a pod of 1,000 containers gets a hint of a few lines, not of 1,000 clauses.
+MAX_DESCRIBED = 8
+
+
 def _join(items: list[str]) -> str:
     return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
@@ -344,7 +348,11 @@ class Fix:
         return Fix((*self.steps, *other.steps), notes, (*self.patch, *other.patch))
 
     def describe(self) -> str:
-        text = _join([s.describe() for s in self.steps])
+        """The fix in words; a fix of many edits names the first MAX_DESCRIBED (its JSON form has every one)."""
+        named = [s.describe() for s in self.steps[:MAX_DESCRIBED]]
+        if len(self.steps) > MAX_DESCRIBED:
+            named.append(f"{len(self.steps) - MAX_DESCRIBED} more edits like them")
+        text = _join(named)
         notes = [n for n in (self.note, self._or()) if n]
         return f"{text} ({'; '.join(notes)})" if notes else text
 

@@ -46,6 +46,7 @@ from policy.spec.diagnostics import Diagnostic, Path, did_you_mean, value_at
 _TARGETED = 12  # candidates tried per phase
 _REBUILT = 24  # rebuilt candidates considered, cheapest first
 _PINS = 8  # classes offered as pins per finding
+_FIT_STEPS = 16  # passes lowering a rebuilt request's largest amounts (each reads every container once)
 # The cheapest cost a phase's candidates can have (see Fix.cost).
 _PLACEMENT, _MOVE, _REQUEST = (0, 0, 0, 1), (0, 0, 1, 1), (0, 1, 0, 1)
 
@@ -81,7 +82,8 @@ def remedy(start: Assessment, context: Context, assess: Assess) -> tuple[Diagnos
     fix = _Search(start, context, assess).best()
     if fix is None:
         return tuple(replace(f, hint=_no_change(start), fix=None) for f in start.findings)
-    return tuple(replace(f, hint=fix.describe(), fix=fix) for f in start.findings)
+    hint = fix.describe()  # once: a pod may have a finding per container, all with this one fix
+    return tuple(replace(f, hint=hint, fix=fix) for f in start.findings)
 
 
 class _Search:
@@ -423,13 +425,16 @@ def _adapt(state: Assessment, slots: Sequence[_Slot], view: ClassView) -> tuple[
     """The edits that make the request one the class offers, and the resources it then asks for; None when it
     cannot be (a resource the class lacks, with nothing to ask for instead)."""
     final: dict[tuple[Path, str], tuple[str, int] | None] = {}
+    taken: dict[Path, set[str]] = {}  # each container's resources, gathered once (not once per slot)
+    for slot in slots:
+        taken.setdefault(slot.container_path, set()).add(slot.resource)
     for slot in slots:
         if slot.count == 0:
             continue
         resource = slot.resource
         if resource not in view.offers:
-            taken = {s.resource for s in slots if s.container_path == slot.container_path}
-            resource = next((r for r in _instead(slot.resource, sorted(view.offers)) if r not in taken), "")
+            has = taken[slot.container_path]
+            resource = next((r for r in _instead(slot.resource, sorted(view.offers)) if r not in has), "")
         if not resource:
             final[(slot.container_path, slot.resource)] = None
             continue
@@ -437,9 +442,8 @@ def _adapt(state: Assessment, slots: Sequence[_Slot], view: ClassView) -> tuple[
         count = min(slot.count, offer.per_node, 1 if offer.shared and offer.strict else slot.count)
         final[(slot.container_path, slot.resource)] = (resource, count)
     kept = [s for s in slots if final.get((s.container_path, s.resource))]
-    if not kept:
+    if not kept or not _fit(view, kept, final):
         return None
-    _fit(view, kept, final)
     edits: list[Any] = []
     for slot in slots:
         target = final.get((slot.container_path, slot.resource), (slot.resource, slot.count))
@@ -454,25 +458,38 @@ def _adapt(state: Assessment, slots: Sequence[_Slot], view: ClassView) -> tuple[
     return edits, resources
 
 
-def _fit(view: ClassView, kept: Sequence[_Slot], final: dict[tuple[Path, str], tuple[str, int] | None]) -> None:
+def _fit(view: ClassView, kept: Sequence[_Slot], final: dict[tuple[Path, str], tuple[str, int] | None]) -> bool:
     """Lower the largest amounts until one node of the class holds the pod's total of each resource (sidecars and
-    init containers add up as the scheduler adds them)."""
-    for _ in range(len(kept) * 4):
-        containers: dict[Path, ContainerRequest] = {}
-        for slot in kept:
-            resource, count = final[(slot.container_path, slot.resource)]  # type: ignore[misc]
-            have = containers.get(slot.container_path) or ContainerRequest(slot.container, slot.section,
-                                                                           slot.sidecar, ())
-            containers[slot.container_path] = replace(have, amounts=(
-                *have.amounts, Amount(resource, count, (*slot.container_path, "resources", "limits", resource))))
-        over = [(r, n - view.offers[r].per_node) for r, n in effective_totals(list(containers.values()))
-                if n > view.offers[r].per_node]
+    init containers add up as the scheduler adds them); False when no amounts of at least one each fit.
+
+    Linear in the containers: a pod whose floor (one of everything it asks for) does not fit is refused at once,
+    and the lowering takes at most _FIT_STEPS passes, each reading every container once."""
+    if _over(view, kept, {k: (v[0], 1) for k, v in final.items() if v is not None}):
+        return False
+    for _ in range(min(len(kept) * 4, _FIT_STEPS)):
+        over = _over(view, kept, final)
         if not over:
-            return
+            return True
         resource, excess = over[0]
         key, (_, count) = max(((k, v) for k, v in final.items() if v is not None and v[0] == resource),
                               key=lambda kv: kv[1][1])  # type: ignore[index]
         final[key] = (resource, max(1, count - excess))
+    return not _over(view, kept, final)
+
+
+def _over(view: ClassView, kept: Sequence[_Slot],
+          amounts: Mapping[tuple[Path, str], tuple[str, int] | None]) -> list[tuple[str, int]]:
+    """Each resource whose total, with these amounts, exceeds what one node of the class holds, and by how much."""
+    containers: dict[Path, list[Amount]] = {}
+    first: dict[Path, _Slot] = {}
+    for slot in kept:
+        resource, count = amounts[(slot.container_path, slot.resource)]  # type: ignore[misc]
+        first.setdefault(slot.container_path, slot)
+        containers.setdefault(slot.container_path, []).append(
+            Amount(resource, count, (*slot.container_path, "resources", "limits", resource)))
+    requests = [ContainerRequest(s.container, s.section, s.sidecar, tuple(containers[path]))
+                for path, s in first.items()]
+    return [(r, n - view.offers[r].per_node) for r, n in effective_totals(requests) if n > view.offers[r].per_node]
 
 
 # --- namespace moves ---------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from policy.kube.fields import Path, descend, is_mapping
@@ -213,11 +214,23 @@ class GpuRequest:
 
     def first_path(self, resource: str) -> Path:
         """Where the first container asking for ``resource`` writes it."""
+        return self._first_paths.get(resource, ())
+
+    @cached_property
+    def _first_paths(self) -> Mapping[str, Path]:
+        # Indexed once: rules ask for one path per resource, and a pod may ask for thousands of resources.
+        found: dict[str, Path] = {}
         for container in self.containers:
             for amount in container.amounts:
-                if amount.resource == resource:
-                    return amount.path
-        return ()
+                found.setdefault(amount.resource, amount.path)
+        return found
+
+    @property
+    def gpu_containers(self) -> int:
+        """Containers that run together and ask for a GPU resource: the regular ones and the sidecars (each needs
+        at least one device of what it asks for, on the one node the pod runs on)."""
+        return sum(1 for c in self.containers if (c.section == "containers" or c.sidecar)
+                   and any(a.count > 0 for a in c.amounts))
 
 
 def read_gpu_request(workload: Workload) -> GpuRequest:

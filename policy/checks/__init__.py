@@ -1,6 +1,8 @@
 """The spec checks a GPU expert would make on a structurally valid policy, one module per concern.
 
 ``CHECKS`` lists them in the order their findings are reported; ``run`` runs every one on a policy resolved once.
+``NOTES`` are no findings but facts a reviewer of the spec reads (infos `validate` prints and no other command does,
+since they hold for every spec of their kind); ``notes`` runs them.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from policy.checks.classes import (
 )
 from policy.checks.common import Check
 from policy.checks.sharing import check_mig, check_mps, check_replicas
+from policy.checks.tenancy import check_tenancy, tenant_label_keys
 from policy.checks.tenants import check_tenants
 from policy.checks.versions import (
     check_driver,
@@ -23,6 +26,7 @@ from policy.checks.versions import (
     check_operator_release,
     check_operator_settings,
     check_plugin_version,
+    check_standalone_components,
 )
 from policy.checks.vgpu import HAMI_CHECKS
 from policy.resolved.resolve import ResolvedPolicy, resolve
@@ -31,7 +35,8 @@ from policy.spec.model import ClusterGPUPolicy
 
 #: Codes whose span is the offending key rather than its value.
 KEY_LOCATED = frozenset({"unknown-mig-profile", "mig-time-slicing-unknown-profile", "shared-product-selector",
-                         "mig-profile-needs-plugin-release", "mig-profiles-share-resource", "mig-resource-renamed"})
+                         "mig-profile-needs-plugin-release", "mig-profiles-share-resource", "mig-resource-renamed",
+                         "tenant-label-unguarded", "tenant-label-keys", "tenancy-gitops-unnamed"})
 
 
 CHECKS: tuple[Check, ...] = (
@@ -49,13 +54,23 @@ CHECKS: tuple[Check, ...] = (
     check_mig,
     check_mps,
     check_plugin_version,
+    check_standalone_components,
     check_mig_plugin_release,
     check_tenants,
+    check_tenancy,
     *HAMI_CHECKS,
 )
+
+NOTES: tuple[Check, ...] = (tenant_label_keys,)
 
 
 def run(policy: ClusterGPUPolicy | ResolvedPolicy) -> tuple[Diagnostic, ...]:
     """Every finding of every check (checks never stop at the first), on a policy resolved once."""
     resolved = policy if isinstance(policy, ResolvedPolicy) else resolve(policy)
     return tuple(d for check in CHECKS for d in check(resolved))
+
+
+def notes(policy: ClusterGPUPolicy | ResolvedPolicy) -> tuple[Diagnostic, ...]:
+    """Every note on a policy (infos, never findings: they change no exit code and no report)."""
+    resolved = policy if isinstance(policy, ResolvedPolicy) else resolve(policy)
+    return tuple(d for note in NOTES for d in note(resolved))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from policy.checks.common import class_path, classes_of
 from policy.hardware import catalog, drivers, operator, releases
@@ -45,6 +45,53 @@ def check_plugin_version(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
                          f"1.{VAP_MINOR}; the spec targets {policy.spec.kubernetes_version}",
                          ("spec", "admission", "engine"),
                          f"set admission.engine: webhook, or target kubernetesVersion 1.{VAP_MINOR} or newer")
+
+
+def check_standalone_components(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
+    """A standalone tree runs the GFD and the MIG manager its targeted plugin release was shipped with
+    (releases.feature_discovery, operator.mig_manager_release): refused where the release was shipped with none, or
+    with a GFD that cannot read the config written for the release."""
+    plugin = resolved.spec.device_plugin
+    if plugin.deploy != "standalone" or releases.find(plugin.version) is None:
+        return  # the operator runs its own; unknown-plugin-version already says what to fix
+    release = resolved.plugin_release
+    if not release.config_file:
+        return  # unsupported-plugin-version already says what to fix
+    gfd = releases.feature_discovery(release)
+    path = ("spec", "devicePlugin", "gpuFeatureDiscovery")
+    if plugin.labels_nodes and gfd.image is None and not gfd.in_plugin_image:
+        later = _first_later(release, lambda r: releases.feature_discovery(r).image is not None)
+        yield Diagnostic("version-unsupported-feature", f"gpuFeatureDiscovery: true runs the GPU Feature Discovery "
+                         f"that device plugin {release.tag} was shipped with, and none was: {gfd.missing}", path,
+                         f"set devicePlugin.version: {later.tag} (its chart ships "
+                         f"{releases.feature_discovery(later).image}), or gpuFeatureDiscovery: false")
+    elif plugin.labels_nodes and not gfd.reads_config_of(release):
+        later = _first_later(release, lambda r: releases.feature_discovery(r).reads_config_of(r))
+        yield Diagnostic("version-unsupported-feature", f"device plugin {release.tag} parses "
+                         f"flags.plugin.deviceListStrategy only as a {release.list_format}, and the GPU Feature "
+                         f"Discovery its chart ships ({gfd.image}) only as a {gfd.list_format}: they read the class's "
+                         # GFD returns "unable to load config" from its action (gfd@v0.8.0:
+                         # cmd/gpu-feature-discovery/main.go:126-131) and the container exits.
+                         "one config file, so GFD would exit at start on every node", path,
+                         f"set devicePlugin.version: {later.tag} (its GFD, {releases.feature_discovery(later).image}, "
+                         "reads either), or gpuFeatureDiscovery: false")
+    managed = sorted(rc.name for rc in resolved.classes if rc.mig_manager)
+    if managed and plugin.mig_manager.image is None and operator.mig_manager_release(release.version) is None:
+        first = min((r for r in (*operator.COMPONENTS_ONLY, *operator.RELEASES)
+                     if r.device_plugin_tuple >= release.version), key=lambda r: r.version_tuple)
+        shipped = first.device_plugin.split("-")[0]
+        yield Diagnostic("version-unsupported-feature", f"the MIG classes ({', '.join(managed)}) run NVIDIA's MIG "
+                         f"manager, by default the one the GPU Operator shipped with device plugin {release.tag}, and "
+                         f"no operator release shipped {release.tag} (the first whose plugin reads a config file, "
+                         f"{first.version}, shipped {shipped} with {first.mig_manager_image})",
+                         ("spec", "devicePlugin", "version"),
+                         f"set devicePlugin.migManager.image to the MIG manager to run (e.g. "
+                         f"{first.mig_manager_image}), or devicePlugin.version: {shipped}")
+
+
+def _first_later(release: releases.Release, good: Callable[[releases.Release], bool]) -> releases.Release:
+    """The oldest config-file release after `release` that is `good` (every table ends with one that is)."""
+    return next(r for r in releases.config_releases() if r.version > release.version and good(r))
 
 
 def _device_list_strategy(flags: PluginFlags, release: releases.Release) -> Iterator[Diagnostic]:

@@ -10,7 +10,8 @@ from itertools import groupby
 
 from policy.hardware.catalog import MigGeometry, MigProfile
 
-__all__ = ["Layout", "Placement", "PlacementResult", "feasible_layouts", "maximal_layouts", "place"]
+__all__ = ["Layout", "Placement", "PlacementResult", "Split", "feasible_layouts", "fewest_gpus", "maximal_layouts",
+           "place", "split"]
 
 # A layout as data: (profile name, count) pairs with count > 0, in the GPU's profile order.
 Layout = tuple[tuple[str, int], ...]
@@ -83,6 +84,123 @@ def maximal_layouts(gpu: MigGeometry) -> tuple[Layout, ...]:
     return tuple(
         layout for layout in feasible_layouts(gpu) if not _would_fit(gpu, _ordered(_expand(gpu, layout)))
     )
+
+
+@dataclass(frozen=True)
+class Split:
+    """MIG instances of a whole node spread over its GPUs: `groups` are (GPU indices, layout) pairs, each layout
+    one that fits a GPU, the indices ascending and disjoint; GPUs no group names hold no instance."""
+
+    gpus: int
+    groups: tuple[tuple[tuple[int, ...], dict[str, int]], ...]
+
+    @property
+    def even(self) -> bool:
+        """Every GPU takes the same layout (a spec then writes one layout instead of groups)."""
+        return len(self.groups) == 1 and len(self.groups[0][0]) == self.gpus
+
+
+def split(gpu: MigGeometry, totals: Mapping[str, int], gpus: int) -> Split | None:
+    """A way to hold `totals` (profile -> instances on the whole node) on `gpus` GPUs of this geometry, each GPU's
+    share a layout `place` accepts; None when there is none (or a profile is unknown to the GPU).
+
+    Exact: an even split when one fits, else a search over the GPU's feasible layouts, largest first, taking
+    them in non-increasing order so each multiset of layouts is tried once. Deterministic: the same totals give
+    the same split.
+    """
+    counts = _counts(totals)
+    if gpus < 1 or any(gpu.profile(name) is None for name in counts):
+        return None
+    if not counts:
+        return Split(gpus, ())
+    if all(n % gpus == 0 for n in counts.values()):
+        even = {name: n // gpus for name, n in counts.items()}
+        if place(gpu, even).fits:
+            return Split(gpus, ((tuple(range(gpus)), even),))
+    names = [p.name for p in gpu.profiles]
+    wanted = tuple(counts.get(name, 0) for name in names)
+    # Every GPU with instances first: on a node whose capacity shows only MIG devices, an idle GPU would be a
+    # whole one advertised as nvidia.com/gpu, which the node does not show.
+    chosen = _spread(_shares(gpu), _budgets(gpu), wanted, gpus, 0, set(), fill=True) or \
+        _spread(_shares(gpu), _budgets(gpu), wanted, gpus, 0, set(), fill=False)
+    if chosen is None:
+        return None
+    grouped: dict[tuple[int, ...], list[int]] = {}
+    for index, share in enumerate(chosen):
+        if any(share):
+            grouped.setdefault(share, []).append(index)
+    return Split(gpus, tuple((tuple(indices), {name: n for name, n in zip(names, share, strict=True) if n})
+                             for share, indices in grouped.items()))
+
+
+def fewest_gpus(gpu: MigGeometry, totals: Mapping[str, int], most: int = 64) -> Split | None:
+    """The split of `totals` over the fewest GPUs (at most `most`) that can hold them; None when not even `most` can.
+
+    The search starts at the count no budget of one GPU allows fewer of (`_floor`).
+    """
+    counts = _counts(totals)
+    if any(gpu.profile(name) is None for name in counts):
+        return None
+    names = [p.name for p in gpu.profiles]
+    floor = _floor(_budgets(gpu), tuple(counts.get(name, 0) for name in names))
+    return next((found for n in range(max(floor, 1), most + 1) if (found := split(gpu, counts, n)) is not None),
+                None)
+
+
+@functools.cache
+def _shares(gpu: MigGeometry) -> tuple[tuple[int, ...], ...]:
+    """Every feasible layout as counts in the GPU's profile order, the most memory slices first."""
+    order = {p.name: i for i, p in enumerate(gpu.profiles)}
+    vectors = []
+    for layout in feasible_layouts(gpu):
+        vector = [0] * len(gpu.profiles)
+        for name, n in layout:
+            vector[order[name]] = n
+        vectors.append(tuple(vector))
+    sizes = [p.size for p in gpu.profiles]
+    return tuple(sorted(vectors, key=lambda v: (-sum(n * s for n, s in zip(v, sizes, strict=True)), v)))
+
+
+#: One budget of a GPU: what each profile (in the GPU's order) takes of it, and how much one GPU has.
+_Budget = tuple[tuple[int, ...], int]
+
+
+@functools.cache
+def _budgets(gpu: MigGeometry) -> tuple[_Budget, ...]:
+    """The per-GPU budgets `place` enforces (mig.md §3): memory slices, compute slices, each engine pool, and each
+    profile's max_count; a node's instances need at least the GPUs each budget alone asks for."""
+    profiles = gpu.profiles
+    found: list[_Budget] = [(tuple(p.size for p in profiles), gpu.placement_units),
+                            (tuple(p.compute_slices for p in profiles), gpu.compute_slices)]
+    found += [(tuple(dict(p.engines).get(kind, 0) for p in profiles), pool) for kind, pool in gpu.engine_pool]
+    found += [(tuple(int(i == j) for j in range(len(profiles))), p.max_count) for i, p in enumerate(profiles)]
+    return tuple(found)
+
+
+def _floor(budgets: tuple[_Budget, ...], wanted: tuple[int, ...]) -> int:
+    """The fewest GPUs whose budgets add up to what `wanted` takes (a bound, not always reachable)."""
+    return max(-(-sum(w * n for w, n in zip(weights, wanted, strict=True)) // limit)
+               for weights, limit in budgets if limit > 0)
+
+
+def _spread(shares: tuple[tuple[int, ...], ...], budgets: tuple[_Budget, ...], wanted: tuple[int, ...], gpus: int,
+            first: int, failed: set[tuple[tuple[int, ...], int, int]], *, fill: bool) -> list[tuple[int, ...]] | None:
+    """Layouts (indices into `shares` from `first` on, non-increasing) for the `gpus` GPUs summing to `wanted`:
+    each GPU gets one with `fill`, else some may stay idle (the all-zero share). `failed` remembers what cannot be
+    done, for one value of `fill`."""
+    if not any(wanted):
+        return None if fill and gpus else [tuple(0 for _ in wanted)] * gpus
+    if gpus == 0 or (wanted, gpus, first) in failed or _floor(budgets, wanted) > gpus:
+        return None
+    for i in range(first, len(shares)):
+        share = shares[i]
+        if all(s <= w for s, w in zip(share, wanted, strict=True)):
+            left = tuple(w - s for w, s in zip(wanted, share, strict=True))
+            rest = _spread(shares, budgets, left, gpus - 1, i, failed, fill=fill)
+            if rest is not None:
+                return [share, *rest]
+    failed.add((wanted, gpus, first))
+    return None
 
 
 # ---------------------------------------------------------------------------------------------------------------

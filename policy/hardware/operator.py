@@ -159,6 +159,22 @@ RELEASES: tuple[Release, ...] = (
 )
 _BY_VERSION = {r.version: r for r in RELEASES}
 
+#: Releases older than the table above, read for the component tags their chart deploys only
+#: (GO@<tag>:deployments/gpu-operator/values.yaml devicePlugin.version, gfd.version, migManager.version), not for
+#: their CRD: a spec cannot name them as devicePlugin.operator.version (their CRDs were never read), but a standalone
+#: tree targeting the device plugin they shipped runs the MIG manager they shipped beside it. v1.11.0 is the first
+#: release whose plugin reads a config file (v0.12.2; v1.10.1 ships v0.11.0).
+COMPONENTS_ONLY: tuple[Release, ...] = (
+    _r("v1.11.0", "09aa4c07205f058fa961a454994c31492f679053", "v0.12.2-ubi8", "v0.6.1-ubi8", "v0.4.2-ubuntu20.04"),
+    _r("v1.11.1", "44c198b4a555c5d3c2854c2233287309fdb39731", "v0.12.2-ubi8", "v0.6.1-ubi8", "v0.4.2-ubuntu20.04"),
+    _r("v22.9.0", "1d8f71f15759ebd3fc10207a76e69d9810fd5da7", "v0.12.3-ubi8", "v0.6.2-ubi8", "v0.5.0-ubuntu20.04"),
+    _r("v22.9.1", "1489c9cd408434b3c7eda9023ce0bb3d3cd6313e", "v0.13.0-ubi8", "v0.7.0-ubi8", "v0.5.0-ubuntu20.04"),
+    _r("v22.9.2", "94874934b4432cb8b6ea1f9cc5ac848eb93a9190", "v0.13.0-ubi8", "v0.7.0-ubi8", "v0.5.0-ubuntu20.04"),
+)
+#: The first device-plugin release that reads a config file (dp@v0.12.0: api/config/v1): no standalone tree
+#: targets an older one, so no older plugin's operator release lends a tree its MIG manager.
+_FIRST_CONFIG_PLUGIN: Version = (0, 12, 0)
+
 # prometheus-operator's relabel actions, each in lower case and in its Go spelling (its RelabelConfig, which
 # gpu-operator's go.mod pins: pkg/apis/monitoring v0.65.2 at v23.6.0 ... v0.89.0 at v26.3.0).
 _RELABEL_ACTIONS = ("replace", "Replace", "keep", "Keep", "drop", "Drop", "hashmod", "HashMod", "labelmap",
@@ -240,6 +256,18 @@ def nearest(plugin: Version) -> Release:
     where a standalone tree takes its MIG manager from, so the two were released together."""
     older = [r for r in RELEASES if r.device_plugin_tuple <= plugin]
     return older[-1] if older else RELEASES[0]
+
+
+def mig_manager_release(plugin: Version) -> Release | None:
+    """The release whose MIG manager a standalone tree runs beside device plugin `plugin`: the newest release
+    (of either table) shipping exactly that plugin, else the newest shipping an older config-file release, so the
+    two were released together (v0.14.4, which no release shipped, gets v23.9.1's, shipped with v0.14.3). None
+    when no release shipped `plugin` or an older config-file release: v0.12.0 and v0.12.1 (the first operator
+    release with a config-file plugin, v1.11.0, ships v0.12.2)."""
+    shipped = sorted((r for r in (*COMPONENTS_ONLY, *RELEASES)
+                      if _FIRST_CONFIG_PLUGIN <= r.device_plugin_tuple <= plugin),
+                     key=lambda r: (r.device_plugin_tuple, r.version_tuple))
+    return shipped[-1] if shipped else None
 
 
 def first_with(path: str) -> Release:

@@ -29,8 +29,9 @@ from typing import Literal
 
 from policy.hardware.catalog import MigGeometry, MigProfile
 
-__all__ = ["RELEASES", "Advertised", "MigNaming", "Release", "advertise", "behaviour", "config_releases",
-           "find", "mig_resource", "nearest", "oldest_advertising"]
+__all__ = ["GFD_REPOSITORY", "RELEASES", "Advertised", "FeatureDiscovery", "MigNaming", "Release", "advertise",
+           "behaviour", "config_releases", "feature_discovery", "find", "mig_resource", "nearest",
+           "oldest_advertising"]
 
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -220,6 +221,85 @@ def nearest(tag: str) -> Release:
 
 def _ordinal(version: tuple[int, int, int]) -> int:
     return version[0] * 1_000_000 + version[1] * 1_000 + version[2]
+
+
+# --- the GPU Feature Discovery each release was shipped with --------------------------------------------------
+
+GFD_REPOSITORY = "nvcr.io/nvidia/gpu-feature-discovery"
+#: Before v0.15.0 GFD had its own repository and image, and each plugin release's Helm chart bundled the GFD it was
+#: released with as a subchart, whose image tag is "v" + the subchart's appVersion (the chart's
+#: templates/_helpers.tpl nvidia-device-plugin.fullimage). Read from the chart packages NVIDIA published
+#: (dp@gh-pages bf584288: stable/nvidia-device-plugin-<release>.tgz, file
+#: nvidia-device-plugin/charts/gpu-feature-discovery/Chart.yaml), which agree with each tag's tree
+#: (dp@<tag>:deployments/helm/nvidia-device-plugin/charts/gpu-feature-discovery/Chart.yaml), and confirmed by
+#: `helm template --set gfd.enabled=true` (Helm v3.9.0) of every package, which renders exactly these images. The
+#: GPU Operator pairs them alike wherever it shipped the release (GO@v1.11.0, v22.9.0, v22.9.1:
+#: deployments/gpu-operator/values.yaml: plugin v0.12.2 with GFD v0.6.1, v0.12.3 with v0.6.2, v0.13.0 with v0.7.0).
+#: Each GFD also parses the plugin's config file with the plugin's own api/config/v1 as vendored at a plugin commit
+#: (gfd@<tag>: go.mod and vendor/github.com/NVIDIA/k8s-device-plugin/api/config/v1/flags.go), so it reads
+#: flags.plugin.deviceListStrategy as that commit does: one string up to GFD v0.8.0 (vendoring plugin v0.13.0,
+#: `DeviceListStrategy *string`), a string or a list from v0.8.1 (a v0.14.1 pre-release commit, deviceListStrategyFlag
+#: with its own UnmarshalJSON).
+_CHART_GFD: dict[str, tuple[str, Literal["string", "either"]]] = {
+    "v0.12.1": ("v0.6.0", "string"),  # gfd@v0.6.0 vendors dp@ea0a422e (v0.11.1-0.20220527)
+    "v0.12.2": ("v0.6.1", "string"),  # gfd@v0.6.1 and v0.6.2 vendor dp@ff7dc6fa (v0.12.2-0.20220616)
+    "v0.12.3": ("v0.6.2", "string"),
+    "v0.13.0": ("v0.7.0", "string"),  # gfd@v0.7.0 vendors dp@abb7275d (v0.12.3-0.20221101)
+    "v0.14.0": ("v0.8.0", "string"),  # gfd@v0.8.0 vendors dp@v0.13.0
+    "v0.14.1": ("v0.8.1", "either"),  # gfd@v0.8.1 and v0.8.2 vendor dp@1f3dd064 (v0.14.1-0.20230711)
+    "v0.14.2": ("v0.8.2", "either"),
+    "v0.14.3": ("v0.8.2", "either"),
+    "v0.14.4": ("v0.8.2", "either"),
+    "v0.14.5": ("v0.8.2", "either"),
+}
+#: Releases whose chart deploys no GFD at all, and why.
+_NO_GFD: dict[str, str] = {
+    # dp@v0.12.0:deployments/helm/nvidia-device-plugin/Chart.yaml requires gpu-feature-discovery "0.6.0", but the
+    # subchart it bundles (charts/gpu-feature-discovery/Chart.yaml, also in the published package) is 0.6.0-rc.1,
+    # which that constraint does not admit: Helm drops the subchart (helm@v3.9.0:pkg/chartutil/dependencies.go
+    # getAliasDependency, IsCompatibleRange) and `helm template --set gfd.enabled=true` renders no GFD DaemonSet.
+    # No GPU Operator release shipped v0.12.0 either (the first with a config file, v1.11.0, ships v0.12.2).
+    "v0.12.0": "its Helm chart bundles gpu-feature-discovery 0.6.0-rc.1 where its Chart.yaml requires 0.6.0, so "
+               "Helm renders no GFD for it, and no GPU Operator release shipped v0.12.0",
+}
+
+
+@dataclass(frozen=True)
+class FeatureDiscovery:
+    """The GPU Feature Discovery a device-plugin release was shipped with."""
+
+    image: str | None
+    """Its own image (nvcr.io/nvidia/gpu-feature-discovery:<tag>) before v0.15.0; None from v0.15.0, where GFD
+    is the gpu-feature-discovery command of the plugin's own image (dp@v0.15.0: deployments/helm/
+    nvidia-device-plugin/templates/daemonset-gfd.yml), and None where no GFD shipped with the release."""
+    in_plugin_image: bool
+    missing: str = ""
+    """Why no GFD shipped with the release, as a clause about it ("its Helm chart ..."); empty otherwise."""
+    list_format: Literal["string", "list", "either"] | None = None
+    """What it parses flags.plugin.deviceListStrategy as, in the config file it shares with the plugin (from
+    v0.15.0 the plugin's own code, so the release's list_format)."""
+
+    @property
+    def tag(self) -> str | None:
+        return self.image.rsplit(":", 1)[1] if self.image else None
+
+    def reads_config_of(self, release: Release) -> bool:
+        """Whether it parses the deviceListStrategy of the config written for `release`, which is a list where the
+        release parses only a list (v0.14.0), one string where it parses only a string, and either where it reads
+        either (from v0.14.1, where every GFD shipped reads either too)."""
+        return self.list_format in (release.list_format, "either") or release.list_format == "string"
+
+
+def feature_discovery(release: Release) -> FeatureDiscovery:
+    """The GFD `release` was shipped with (for a release that reads a config file)."""
+    if release.version >= (0, 15, 0):
+        return FeatureDiscovery(None, in_plugin_image=True, list_format=release.list_format)
+    shipped = _CHART_GFD.get(release.tag)
+    if shipped is None:
+        return FeatureDiscovery(None, in_plugin_image=False, missing=_NO_GFD.get(release.tag, (
+            "gpupolicy knows no GPU Feature Discovery shipped with it")))
+    tag, list_format = shipped
+    return FeatureDiscovery(f"{GFD_REPOSITORY}:{tag}", in_plugin_image=False, list_format=list_format)
 
 
 # --- what a release advertises ----------------------------------------------------------------------------

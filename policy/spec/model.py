@@ -652,6 +652,63 @@ class Certificates(Model):
     """Base64 PEM CA bundle for source: secret (kept out of Git if empty: patch it in your overlay)."""
 
 
+GitOpsTool = Literal["argocd", "flux", "none"]
+# Kubernetes puts no limit on user and group names beyond their being strings; a bound keeps the compiled CEL
+# literals and the cost estimate finite. Field managers are at most 128 characters (apimachinery
+# ValidateFieldManager).
+Identity = Annotated[str, StringConstraints(min_length=1, max_length=253, pattern=r"^\S(.*\S)?$")]
+FieldManager = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+# A namespace name (RFC 1123 label, 63 characters) and a service account name (an RFC 1123 subdomain).
+NamespaceName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+SubdomainName = Annotated[str, StringConstraints(
+    pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", max_length=253)]
+
+
+class ServiceAccountRef(Model):
+    """A service account, whose requests the API server attributes to system:serviceaccount:<namespace>:<name>."""
+
+    namespace: NamespaceName
+    """The service account's namespace. Whoever may run pods or mint tokens there acts as it: name only service
+    accounts of namespaces tenants can neither create nor write to (docs/security.md)."""
+    name: SubdomainName
+    """The service account's name."""
+
+
+class TenancyManagers(Model):
+    """Who may add, change or remove the namespace labels that select tenants, beside system:masters (always) and
+    the GitOps tool's controller (admission.tenancy.gitOps)."""
+
+    users: tuple[Identity, ...] = ()
+    """Usernames as the API server authenticates them (request.userInfo.username), e.g. a platform engineer's
+    OIDC subject or system:serviceaccount:<namespace>:<name>."""
+    groups: tuple[Identity, ...] = ()
+    """Groups as the API server authenticates them (request.userInfo.groups), e.g. platform-admins. system:masters
+    is always a manager: its members may delete the guard itself."""
+    service_accounts: tuple[ServiceAccountRef, ...] = ()
+    """Service accounts that apply namespaces: a GitOps controller installed elsewhere than where gitOps expects it
+    (OpenShift GitOps: openshift-gitops/openshift-gitops-argocd-application-controller), or the service account a
+    Flux Kustomization or an Argo CD project impersonates."""
+    field_managers: tuple[FieldManager, ...] = ()
+    """Field managers the managers write namespace labels as (metadata.managedFields[].manager: a server-side
+    apply's fieldManager, else the writer's user agent such as kubectl-label), beside the GitOps tool's.
+    gpupolicy admit reports a tenant label some other field manager set."""
+
+
+class Tenancy(Model):
+    """Who may move a namespace between tenants. Tenants select namespaces by their labels, so whoever may set
+    those labels chooses a namespace's tenant: the tree holds a ValidatingAdmissionPolicy (Kubernetes 1.30+) that
+    lets only the managers add, change or remove them (docs/security.md)."""
+
+    git_ops: GitOpsTool | None = None
+    """The GitOps tool that applies the cluster's namespaces; its controller becomes a manager. argocd: the service
+    account argocd/argocd-application-controller, writing as field managers argocd-controller and
+    argocd-application-controller; flux: flux-system/kustomize-controller, writing as kustomize-controller; none:
+    no GitOps tool labels namespaces, only the managers listed. Unset is a warning where the guard is compiled,
+    since a GitOps tool left out could not apply a namespace's tenant labels."""
+    managers: TenancyManagers = TenancyManagers()
+    """Further users, groups and service accounts that may set the tenant labels."""
+
+
 class Admission(Model):
     enabled: StrictBool = True
     """Compile the webhook's manifests into the tree."""
@@ -684,6 +741,8 @@ class Admission(Model):
     """Who enforces the rules: webhook (the server), vap (ValidatingAdmissionPolicy: CEL inside the API server,
     nothing to run, a subset of the checks), or both (the VAP holds the core rules even while the webhook is down).
     Default: both from Kubernetes 1.30 (VAP GA), webhook below."""
+    tenancy: Tenancy = Tenancy()
+    """Who may set the namespace labels the tenants' selectors read, and so move a namespace between tenants."""
 
 
 def _percent(value: str) -> str:

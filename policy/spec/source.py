@@ -37,6 +37,9 @@ class SourceMap:
     file: str
     values: dict[Path, Span] = field(default_factory=dict)
     keys: dict[Path, Span] = field(default_factory=dict)
+    texts: dict[Path, str] = field(default_factory=dict)
+    """The text of each plain scalar YAML read as something other than a string (1.30 -> 1.3, on -> true), so a
+    hint can quote what the user wrote."""
 
     def span(self, path: Path, *, key: bool = False) -> Span | None:
         """The span of ``path`` (its key when ``key``), else of its nearest located ancestor."""
@@ -109,7 +112,7 @@ class _Builder:
                                "specs and Kubernetes manifests take only text keys",
                                "write the key as plain text, or remove the `?` entry")
             self.count(key_node)
-            key = self.scalar(key_node, path)
+            key = self.scalar(key_node, path, key=True)
             if not isinstance(key, str | int | float | bool) or key is None:
                 key = str(key)
             child = (*path, key)
@@ -131,15 +134,18 @@ class _Builder:
             out[key] = self.build(value_node, child)
         return out
 
-    def scalar(self, node: yaml.ScalarNode, path: Path) -> Any:
+    def scalar(self, node: yaml.ScalarNode, path: Path, *, key: bool = False) -> Any:
         if not node.style:  # plain scalar: libyaml says '', the pure-Python composer None
             self.check_yaml11(node, path)
         if node.tag == "tag:yaml.org,2002:timestamp":
             return node.value  # dates stay text: no field of ours is a timestamp
         try:
-            return self.constructor.construct_object(node, deep=True)
+            value = self.constructor.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError:
             return node.value
+        if not (key or node.style or isinstance(value, str)):
+            self.source.texts[path] = node.value
+        return value
 
     def check_yaml11(self, node: yaml.ScalarNode, path: Path) -> None:
         text = node.value

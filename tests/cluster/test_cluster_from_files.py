@@ -75,6 +75,62 @@ def test_mig_devices_per_node_are_split_into_groups_when_no_even_layout_fits() -
     assert found.todo and "nvidia-smi mig -lgi" in found.todo[0]
 
 
+def partial_a100_pcie(**capacity: str) -> dict[str, Any]:
+    """The issue's partial dump: an A100-PCIE-40GB MIG mixed node whose labels lack nvidia.com/gpu.count (and the
+    per-profile labels), its product without the NVIDIA- prefix as old GFDs wrote it (fixtures/README.md)."""
+    node = json.loads(json.dumps(A100_PCIE))
+    labels = node["metadata"]["labels"]
+    for key in [k for k in labels if k.startswith("nvidia.com/mig-") or k == "nvidia.com/gpu.count"]:
+        del labels[key]
+    labels["nvidia.com/gpu.product"] = "A100-PCIE-40GB"
+    node["status"] = {"capacity": dict(capacity), "allocatable": dict(capacity)}
+    return node
+
+
+def test_a_mig_mixed_node_without_a_gpu_count_gets_the_fewest_gpus_that_hold_its_devices() -> None:
+    # A100-40GB (NVIDIA's MIG user guide, mig.md §1): 7 compute slices; 1g.5gb takes 1, 2g.10gb 2, so 4x 1g.5gb and
+    # 2x 2g.10gb (8 slices) need two GPUs, each 2x 1g.5gb + 1x 2g.10gb.
+    found = read_sharing(node_from(partial_a100_pcie(**{"nvidia.com/mig-1g.5gb": "4", "nvidia.com/mig-2g.10gb": "2"})))
+    assert found.data == {"mig": {"strategy": "mixed", "layout": {"1g.5gb": 2, "2g.10gb": 1}}}
+    assert found.physical_gpus == 2
+    assert len(found.todo) == 1 and "no nvidia.com/gpu.count label: 2 GPU(s) is the fewest" in found.todo[0]
+    # 5x 1g.5gb + 3g.20gb: 8 compute slices again, and no even split of them fits, so two groups.
+    uneven = read_sharing(node_from(partial_a100_pcie(**{"nvidia.com/mig-1g.5gb": "5",
+                                                         "nvidia.com/mig-3g.20gb": "1"})))
+    assert uneven.data == {"mig": {"strategy": "mixed", "groups": [
+        {"gpus": [0], "layout": {"1g.5gb": 4, "3g.20gb": 1}}, {"gpus": [1], "layout": {"1g.5gb": 1}}]}}
+    assert uneven.physical_gpus == 2
+
+
+def test_the_partial_dump_drafts_a_spec_that_validates_and_says_what_to_check(tmp_path: Path, gpupolicy) -> None:
+    node = partial_a100_pcie(**{"nvidia.com/mig-1g.5gb": "4", "nvidia.com/mig-2g.10gb": "2"})
+    listed = write(tmp_path, "nodes.yaml", [node])
+    result = gpupolicy("cluster", "discover", "-f", listed)
+    assert (result.code, result.err) == (0, "")
+    (drafted,) = yaml.safe_load(result.out)["spec"]["nodeClasses"]
+    assert drafted["gpu"] == {"model": "NVIDIA-A100-PCIE-40GB", "count": 2}
+    assert drafted["sharing"] == {"mig": {"strategy": "mixed", "layout": {"1g.5gb": 2, "2g.10gb": 1}}}
+    text = " ".join(line.strip().lstrip("#").strip() for line in result.out.splitlines())
+    assert "TODO: the node has no nvidia.com/gpu.count label: 2 GPU(s) is the fewest that can hold its MIG " \
+           "devices (4x 1g.5gb, 2x 2g.10gb)" in text
+    assert "1 node(s) with 2x A100-PCIE-40GB" in text
+    spec = tmp_path / "draft.yaml"
+    spec.write_text(result.out, encoding="utf-8")
+    validated = gpupolicy("validate", spec)
+    assert validated.code == 0, validated.out
+
+
+def test_a_labelled_gpu_count_is_kept_and_its_devices_split_over_exactly_those_gpus() -> None:
+    node = json.loads(json.dumps(A100_PCIE))
+    node["metadata"]["labels"]["nvidia.com/gpu.count"] = "3"
+    found = read_sharing(node_from(node))
+    # 4x 1g.5gb + 2x 2g.10gb on three GPUs: no even split, so groups, the labelled count stays the count, and every
+    # GPU holds some (an idle one would be a whole GPU advertised as nvidia.com/gpu, which the node does not show).
+    assert found.physical_gpus is None
+    assert found.data["mig"]["groups"] == [{"gpus": [0], "layout": {"1g.5gb": 2, "2g.10gb": 2}},
+                                           {"gpus": [1, 2], "layout": {"1g.5gb": 1}}]
+
+
 # --- discover --from-file ------------------------------------------------------------------------------------------
 
 

@@ -296,6 +296,13 @@ def test_the_root_filesystem_is_read_only_with_memory_backed_scratch_space(fleet
 # ---------------------------------------------------------------- the Deployment, Service, PDB, NetworkPolicy
 
 
+@pytest.mark.parametrize(("timeout", "budget"), [(1, "0.33"), (3, "1"), (10, "3.33"), (30, "10")])
+def test_the_review_budget_is_a_third_of_the_api_servers_timeout(timeout: int, budget: str) -> None:
+    from compiler.targets.admission_webhook import review_budget
+
+    assert review_budget(timeout) == budget
+
+
 def test_the_webhook_serves_the_mounted_policy_and_certificate_on_8443_and_metrics_on_9090(
     fleet: ClusterGPUPolicy,
 ) -> None:
@@ -303,7 +310,8 @@ def test_the_webhook_serves_the_mounted_policy_and_certificate_on_8443_and_metri
     container = spec["containers"][0]
     assert container["image"] == "ghcr.io/gpupolicy/gpupolicy-webhook:0.1.0"
     assert container["args"] == ["webhook", "serve", "--policy", "/etc/gpupolicy/policy/admission-policy.json",
-                                 "--cert-dir", "/etc/gpupolicy/tls", "--port", "8443", "--metrics-port", "9090"]
+                                 "--cert-dir", "/etc/gpupolicy/tls", "--port", "8443", "--metrics-port", "9090",
+                                 "--review-budget", "1"]  # a third of the default timeoutSeconds: 3
     assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"},
                                   {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}]
     mounts = {m["name"]: m for m in container["volumeMounts"]}

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from test_cel_vap import DOCUMENTED
 
 from compiler import compile_policy
-from compiler.targets import admission_policy
+from compiler.targets import admission_policy, tenancy_guard
 from compiler.targets.admission_policy import render_admission_policies
 from compiler.targets.admission_policy_cost import PER_CALL_LIMIT, POLICY_BUDGET, estimate_policy
 from policy.admission.engine import NOT_CHECKED, Engine
@@ -623,6 +623,12 @@ def labelled(objects: list[Obj], kind: str, component: str) -> list[Obj]:
             and o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == component]
 
 
+def rule_policies(objects: list[Obj]) -> list[Obj]:
+    """The policies that hold the admission rules (the tenancy guard, applied with them, holds namespace labels)."""
+    return [o for o in labelled(objects, "ValidatingAdmissionPolicy", admission_policy.COMPONENT)
+            if o["metadata"]["name"] != tenancy_guard.GUARD_NAME]
+
+
 @pytest.mark.parametrize(("version", "engine"), [("1.29", "webhook"), ("1.30", "both"), ("1.31", "both")])
 def test_the_default_engine_is_both_where_the_api_server_has_vap_and_the_webhook_below(
         example_policy: Any, version: str, engine: str) -> None:
@@ -630,7 +636,7 @@ def test_the_default_engine_is_both_where_the_api_server_has_vap_and_the_webhook
     assert policy.spec.admission.engine is None and policy.spec.admission_engine == engine
     found = tree_objects(policy)
     assert len(labelled(found, "ValidatingWebhookConfiguration", "webhook")) == 1
-    policies = labelled(found, "ValidatingAdmissionPolicy", admission_policy.COMPONENT)
+    policies = rule_policies(found)
     assert len(policies) == (len(admission_policy.PATHS) if engine == "both" else 0)
     # beside the webhook, an evaluation error leaves the object to it
     assert {p["spec"]["failurePolicy"] for p in policies} <= {"Ignore"}
@@ -647,7 +653,7 @@ def test_engine_vap_compiles_the_policies_alone_with_the_specs_failure_policy(ex
     assert not kinds & {"ValidatingWebhookConfiguration", "Certificate", "Issuer", "Service", "NetworkPolicy",
                         "PodDisruptionBudget"}
     assert not [o for o in found if o["metadata"]["name"] == "gpupolicy-webhook"]
-    policies = labelled(found, "ValidatingAdmissionPolicy", admission_policy.COMPONENT)
+    policies = rule_policies(found)
     assert len(policies) == len(admission_policy.PATHS)
     assert {p["spec"]["failurePolicy"] for p in policies} == {failure}
 

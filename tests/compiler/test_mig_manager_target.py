@@ -32,8 +32,14 @@ PAUSED = "paused-for-mig-change"
 WAITED_FOR = {"device-plugin": "nvidia-device-plugin-daemonset", "gpu-feature-discovery": "gpu-feature-discovery"}
 #: Pod verbs the clients' namespace needs per MIG manager line: kubectl wait --for=delete (get, list, watch) up to
 #: v0.12, List polling from the Go port of v0.13.0 on.
-POD_VERBS = {"v0.12.1-ubuntu20.04": ["get", "list", "watch"], "v0.13.1": ["list"], "v0.15.0": ["list"]}
-NODE_VERBS = {"v0.12.1-ubuntu20.04": ["get", "list", "patch", "watch"], "v0.13.1": ["get", "list", "patch", "watch"],
+#: v0.4.2 and v0.5.0 (shipped beside plugins v0.12.2 to v0.13.0) run the same script from
+#: deployments/gpu-operator/: kubectl wait --for=delete on the clients' pods, kubectl get nodes and kubectl label on
+#: the node, a node informer (main.go ContinuouslySyncMigConfigChanges, NewListWatchFromClient).
+POD_VERBS = {"v0.4.2-ubuntu20.04": ["get", "list", "watch"], "v0.5.0-ubuntu20.04": ["get", "list", "watch"],
+             "v0.12.1-ubuntu20.04": ["get", "list", "watch"], "v0.13.1": ["list"], "v0.15.0": ["list"]}
+NODE_VERBS = {"v0.4.2-ubuntu20.04": ["get", "list", "patch", "watch"],
+              "v0.5.0-ubuntu20.04": ["get", "list", "patch", "watch"],
+              "v0.12.1-ubuntu20.04": ["get", "list", "patch", "watch"], "v0.13.1": ["get", "list", "patch", "watch"],
               "v0.15.0": ["get", "list", "patch", "watch"]}
 REPOSITORY = "nvcr.io/nvidia/cloud-native/k8s-mig-manager"
 
@@ -42,6 +48,19 @@ REPOSITORY = "nvcr.io/nvidia/cloud-native/k8s-mig-manager"
 VGPU_ON_H100 = (("gpu: {model: L40S, count: 4}", "gpu: {model: NVIDIA-H100-80GB-HBM3, count: 8}"),
                 ("    namespace: kube-system\n    corePolicy", "    namespace: nvidia-device-plugin\n    corePolicy"))
 MIG_MANAGER_IMAGE = ("    gpuFeatureDiscovery: true\n", "    gpuFeatureDiscovery: true\n    migManager: {image: %s}\n")
+#: A tree for a plugin from before MIG manager v0.12 (it runs the one the GPU Operator shipped beside it).
+OLD_PLUGIN = """\
+apiVersion: gpupolicy.dev/v1alpha1
+kind: ClusterGPUPolicy
+metadata: {{name: old-plugin}}
+spec:
+  devicePlugin: {{version: {version}, gpuFeatureDiscovery: true}}
+  nodeClasses:
+  - name: a100
+    nodeSelector: {{pool: a100}}
+    gpu: {{model: NVIDIA-A100-SXM4-40GB, count: 1}}
+    sharing: {{mig: {{strategy: mixed, layout: {{1g.5gb: 7}}}}}}
+"""
 
 
 def load(name: str, *edits: tuple[str, str]) -> ClusterGPUPolicy:
@@ -67,6 +86,11 @@ def env(daemonset: Any) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in container["env"]}
 
 
+def version(tag: str) -> tuple[int, ...]:
+    """``v0.5.0-ubuntu20.04`` -> (0, 5, 0), compared as numbers (as text v0.5 sorts after v0.15)."""
+    return tuple(int(part) for part in tag.lstrip("v").split("-")[0].split("."))
+
+
 def trees() -> Iterator[tuple[str, Tree]]:
     for spec in sorted(EXAMPLES.glob("*/cluster.yaml")):
         yield spec.parent.name, compile_policy(load(spec.parent.name))
@@ -74,6 +98,10 @@ def trees() -> Iterator[tuple[str, Tree]]:
     for tag in ("v0.13.1", "v0.15.0"):
         edit = (MIG_MANAGER_IMAGE[0], MIG_MANAGER_IMAGE[1] % f"{REPOSITORY}:{tag}")
         yield f"mixed-fleet-{tag}", compile_policy(load("mixed-fleet", edit))
+    for plugin in ("v0.12.2", "v0.13.0"):  # MIG manager v0.4.2 and v0.5.0 (GO v1.11.0 and v22.9.1 values.yaml)
+        result = load_policy(OLD_PLUGIN.format(version=plugin), filename=f"plugin-{plugin}.yaml")
+        assert result.ok and result.resolved is not None, [d.message for d in result.diagnostics]
+        yield f"plugin-{plugin}", compile_policy(result.resolved)
 
 
 TREES = dict(trees())
@@ -129,7 +157,7 @@ def test_the_mig_managers_rbac_is_exactly_what_it_calls(name: str) -> None:
     found = dict(docs(tree, "mig-manager/"))
     cluster_rules = found["mig-manager/clusterrole.yaml"]["rules"]
     wanted = [{"apiGroups": [""], "resources": ["nodes"], "verbs": NODE_VERBS[tag]}]
-    if tag >= "v0.15.0":  # DaemonSet clients keyed on gpu.deploy.client, in every namespace
+    if version(tag) >= (0, 15, 0):  # DaemonSet clients keyed on gpu.deploy.client, in every namespace
         wanted.append({"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]})
     assert cluster_rules == wanted
     roles = {obj["metadata"]["namespace"]: obj["rules"] for obj in found.values() if obj["kind"] == "Role"}

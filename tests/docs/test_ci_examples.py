@@ -165,7 +165,10 @@ def _run_gitlab(root: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
 def test_the_gitlab_job_passes_and_reports_no_code_quality_issues(gitops_repo: Path, tmp_path: Path) -> None:
     done = _run_gitlab(gitops_repo, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert json.loads((gitops_repo / "gl-code-quality-report.json").read_text()) == []
+    issues = json.loads((gitops_repo / "gl-code-quality-report.json").read_text())
+    # validate's notes (who may set the tenants' labels) reach the report as infos for reviewers, never problems.
+    assert [i for i in issues if i["severity"] != "info"] == []
+    assert {i["check_name"] for i in issues} <= {"tenant-label-keys"}
 
 
 def test_the_gitlab_job_fails_and_reports_a_denied_manifest_as_a_code_quality_issue(
@@ -175,7 +178,8 @@ def test_the_gitlab_job_fails_and_reports_a_denied_manifest_as_a_code_quality_is
                    .replace("name: nlp-inference", "name: two-gpus").replace("nvidia.com/gpu: 1", "nvidia.com/gpu: 2"))
     done = _run_gitlab(gitops_repo, tmp_path)
     assert done.returncode == 1, done.stdout + done.stderr
-    issues = json.loads((gitops_repo / "gl-code-quality-report.json").read_text())
+    issues = [i for i in json.loads((gitops_repo / "gl-code-quality-report.json").read_text())
+              if i["check_name"] != "tenant-label-keys"]
     assert [(i["check_name"], i["severity"], i["location"]["path"]) for i in issues] == [
         ("shared-gpu-request-above-one", "major", "apps/tke-prod/two-gpus.yaml")]
     assert issues[0]["location"]["lines"]["begin"] > 1 and len(issues[0]["fingerprint"]) == 64

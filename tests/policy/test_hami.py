@@ -154,7 +154,9 @@ def test_a_vgpu_class_is_not_a_shared_product_selector_case() -> None:
 
 
 def tenants(*entries: str, default: str = "[time-slicing]") -> str:
-    return BASE + TS_CLASS + "  tenants:\n" + "".join(entries) + f"  admission:\n    defaultAllow: {default}\n"
+    # gitOps: none says who labels the namespaces (people, by hand), which the tenancy checks otherwise ask.
+    return BASE + TS_CLASS + "  tenants:\n" + "".join(entries) + (f"  admission:\n    defaultAllow: {default}\n"
+                                                                   "    tenancy: {gitOps: none}\n")
 
 
 def tenant(name: str, selector: str, allow: str) -> str:

@@ -273,3 +273,62 @@ def test_place_is_exact_and_its_answers_are_consistent(case: tuple[catalog.MigGe
             assert fits(geometry, {**layout, name: count - 1})
     for name in result.would_fit:  # every suggestion really fits, by the oracle
         assert brute_force_fits(geometry, {**layout, name: layout.get(name, 0) + 1})
+
+
+# ---- a node's MIG devices spread over its GPUs ------------------------------------------------------------------
+
+
+A100_PCIE_40 = gpu("A100-PCIE-40GB")
+
+
+def brute_force_splits(geometry: catalog.MigGeometry, totals: Mapping[str, int], gpus: int) -> bool:
+    """Naive: is there any choice of `gpus` feasible layouts (or idle GPUs) adding up to `totals`?"""
+    layouts = [dict(layout) for layout in mig.feasible_layouts(geometry)] + [{}]
+    for chosen in itertools.combinations_with_replacement(layouts, gpus):
+        added: dict[str, int] = {}
+        for layout in chosen:
+            for name, n in layout.items():
+                added[name] = added.get(name, 0) + n
+        if added == {k: v for k, v in totals.items() if v}:
+            return True
+    return False
+
+
+def test_four_1g_5gb_and_two_2g_10gb_need_two_a100_40gb_split_evenly() -> None:
+    # NVIDIA's MIG user guide, A100-40GB profile table (mig.md §1): 1g.5gb takes 1 of the 7 compute slices and
+    # 2g.10gb 2, so the 8 compute slices of these six devices cannot be one GPU's.
+    assert not mig.place(A100_PCIE_40, {"1g.5gb": 4, "2g.10gb": 2}).fits
+    found = mig.fewest_gpus(A100_PCIE_40, {"1g.5gb": 4, "2g.10gb": 2})
+    assert found == mig.Split(2, (((0, 1), {"1g.5gb": 2, "2g.10gb": 1}),)) and found.even
+
+
+def test_devices_no_even_split_holds_go_to_gpus_in_groups() -> None:
+    found = mig.split(A100_40, {"1g.5gb": 5, "3g.20gb": 1}, 2)
+    assert found == mig.Split(2, (((0,), {"1g.5gb": 4, "3g.20gb": 1}), ((1,), {"1g.5gb": 1})))
+    assert not found.even
+
+
+def test_a_split_on_more_gpus_than_needed_leaves_the_rest_idle_and_an_unknown_profile_has_none() -> None:
+    assert mig.split(A100_40, {"7g.40gb": 1}, 3) == mig.Split(3, (((0,), {"7g.40gb": 1}),))
+    assert mig.split(A100_40, {"1g.12gb": 1}, 1) is None
+    assert mig.fewest_gpus(A100_40, {"1g.12gb": 1}) is None
+    assert mig.fewest_gpus(A100_40, {"7g.40gb": 9}, most=8) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data())
+def test_the_fewest_gpus_is_what_a_brute_force_finds(data: st.DataObject) -> None:
+    geometry = data.draw(st.sampled_from([A30, A100_40]))
+    names = [p.name for p in geometry.profiles]
+    totals = data.draw(st.dictionaries(st.sampled_from(names), st.integers(1, 4), min_size=1, max_size=3))
+    found = mig.fewest_gpus(geometry, totals, most=12)
+    assert found is not None  # every profile fits an empty GPU, so a GPU per instance (12 at most here) always works
+    added: dict[str, int] = {}
+    for indices, layout in found.groups:
+        assert mig.place(geometry, layout).fits
+        for name, n in layout.items():
+            added[name] = added.get(name, 0) + n * len(indices)
+    assert added == totals
+    assert sorted(i for indices, _ in found.groups for i in indices) == list(range(found.gpus))  # none idle
+    if found.gpus > 1 and found.gpus <= 3:
+        assert not brute_force_splits(geometry, totals, found.gpus - 1)

@@ -165,7 +165,7 @@ apiVersion: gpupolicy.dev/v1alpha1
 kind: ClusterGPUPolicy
 metadata: {{name: demo}}
 spec:
-  devicePlugin: {{version: {version}, gpuFeatureDiscovery: true}}
+  devicePlugin: {{version: {version}, gpuFeatureDiscovery: {gfd}{mig_manager}}}
   nodeClasses:
   - name: gpus
     nodeSelector: {{pool: gpus}}
@@ -175,8 +175,24 @@ spec:
 """
 
 
+#: Releases a standalone tree cannot run GFD beside: v0.12.0's chart renders none, v0.14.0's GFD (v0.8.0) cannot
+#: parse its config's deviceListStrategy list (tests/compiler/test_standalone_images.py has the sources).
+NO_GFD = {"v0.12.0", "v0.14.0"}
+#: Releases no GPU Operator shipped with a MIG manager (the first, v1.11.0, ships v0.12.2): a MIG spec names one.
+NO_MIG_MANAGER = {"v0.12.0", "v0.12.1"}
+
+
+def spec_text(version: str, gpu: str, count: int, sharing: str, *, template: str = SPEC, **more: str) -> str:
+    """SPEC for one class, with GFD where the release was shipped with one that runs and a MIG manager image where
+    none was shipped with it: what these tests check is the plugin's MIG naming, not those images."""
+    manager = ", migManager: {image: nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.4.2-ubuntu20.04}"
+    return template.format(version=version, gpu=gpu, count=count, sharing=sharing, **more,
+                           gfd="false" if version in NO_GFD else "true",
+                           mig_manager=manager if version in NO_MIG_MANAGER else "")
+
+
 def load(version: str = "v0.17.1", gpu: str = "H100", count: int = 2, sharing: str = "exclusive") -> Any:
-    return load_policy(SPEC.format(version=version, gpu=gpu, count=count, sharing=sharing), filename="demo.yaml")
+    return load_policy(spec_text(version, gpu, count, sharing), filename="demo.yaml")
 
 
 def codes(result: Any, severity: str = "error") -> list[str]:
@@ -281,23 +297,23 @@ LIST_SPEC = SPEC.replace("devicePlugin: {{version: {version}, ",
 ])
 def test_device_list_strategy_is_written_as_the_targeted_release_parses_it(version: str, strategy: str,
                                                                           written: Any) -> None:
-    result = load_policy(LIST_SPEC.format(version=version, strategy=strategy, gpu="T4", count=1,
-                                          sharing="exclusive"), filename="demo.yaml")
+    result = load_policy(spec_text(version, "T4", 1, "exclusive", template=LIST_SPEC, strategy=strategy),
+                         filename="demo.yaml")
     assert result.ok, result.diagnostics
     _, _, config = outputs(result)
     assert config["flags"]["plugin"]["deviceListStrategy"] == written
 
 
 def test_a_list_of_strategies_before_v0_14_is_refused() -> None:
-    result = load_policy(LIST_SPEC.format(version="v0.13.0", strategy="[envvar, volume-mounts]", gpu="T4",
-                                          count=1, sharing="exclusive"), filename="demo.yaml")
+    result = load_policy(spec_text("v0.13.0", "T4", 1, "exclusive", template=LIST_SPEC,
+                                   strategy="[envvar, volume-mounts]"), filename="demo.yaml")
     assert codes(result) == ["version-unsupported-feature"]
     assert "a list of device list strategies needs device plugin v0.14.0" in result.diagnostics[0].message
 
 
 def test_a_cdi_strategy_inside_a_list_mounts_the_cdi_directories() -> None:
-    result = load_policy(LIST_SPEC.format(version="v0.17.1", strategy="[envvar, cdi-annotations]", gpu="T4",
-                                          count=1, sharing="exclusive"), filename="demo.yaml")
+    result = load_policy(spec_text("v0.17.1", "T4", 1, "exclusive", template=LIST_SPEC,
+                                   strategy="[envvar, cdi-annotations]"), filename="demo.yaml")
     daemon_set = yaml.safe_load(compile_policy(result.resolved)["device-plugin/daemonset-gpus.yaml"])
     mounts = daemon_set["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
     assert {"name": "cdi-root", "mountPath": "/var/run/cdi"} in mounts
@@ -331,7 +347,7 @@ def test_mps_fail_requests_false_is_a_warning_below_v0_20_and_everything_says_wh
 @pytest.mark.parametrize(("name", "warned"), [("NVIDIA-L2O", "NVIDIA-L20"), ("NVIDA-L40S", "NVIDIA-L40S"),
                                               ("NVIDIA-A40", None), ("Tesla-P4", None), ("NVIDIA-RTX-A6000", None)])
 def test_a_model_one_typo_from_the_catalog_is_a_warning_with_the_did_you_mean(name: str, warned: str | None) -> None:
-    text = SPEC.format(version="v0.17.1", gpu=f"{name}, memory: 46068Mi", count=1, sharing="exclusive")
+    text = spec_text(version="v0.17.1", gpu=f"{name}, memory: 46068Mi", count=1, sharing="exclusive")
     result = load_policy(text, filename="demo.yaml")
     assert result.ok
     found = [d for d in result.diagnostics if d.code == "gpu-model-typo"]
@@ -394,7 +410,7 @@ def test_each_release_gates_the_h100_96gb_as_it_gates_its_96gb_siblings(tag: str
 
 def test_mig_on_a_model_the_catalog_does_not_know_says_the_table_is_missing_not_that_mig_is() -> None:
     # gpu.memory makes an unknown model usable for time-slicing; MIG still needs the catalog's profile table.
-    text = SPEC.format(version="v0.17.1", gpu="NVIDIA-H100-97GB", count=1,
+    text = spec_text(version="v0.17.1", gpu="NVIDIA-H100-97GB", count=1,
                        sharing="{mig: {strategy: mixed, layout: {1g.12gb: 1}}}").replace(
         "count: 1", "count: 1, memory: 96Gi")
     unknown = load_policy(text, filename="demo.yaml")
@@ -426,7 +442,7 @@ def mig_specs(draw: st.DrawFn) -> tuple[str, catalog.GpuModel, dict[str, int], s
     flow = "{" + ", ".join(f"{p}: {n}" for p, n in layout.items()) + "}"
     slicing = "{" + ", ".join(f"{p}: {n}" for p, n in shared.items()) + "}"
     sharing = f"{{mig: {{strategy: {strategy}, layout: {flow}, timeSlicing: {slicing}}}}}"
-    text = SPEC.format(version=tag, gpu=m.product, count=count, sharing=sharing)
+    text = spec_text(version=tag, gpu=m.product, count=count, sharing=sharing)
     return text, m, layout, strategy, tag, shared, count
 
 
@@ -448,7 +464,7 @@ def reference_offers(m: catalog.GpuModel, layout: dict[str, int], strategy: str,
 def test_a_layout_v0_12_cannot_name_and_would_fold_is_refused_for_both() -> None:
     # Found by the property test below: GH200's 1g.18gb and 1g.18gb+me under v0.12.0, mixed strategy.
     sharing = "{mig: {strategy: mixed, layout: {1g.18gb: 1, 1g.18gb+me: 1, 4g.72gb: 1}, timeSlicing: {}}}"
-    result = load_policy(SPEC.format(version="v0.12.0", gpu="NVIDIA-GH200-144G-HBM3e", count=1, sharing=sharing),
+    result = load_policy(spec_text(version="v0.12.0", gpu="NVIDIA-GH200-144G-HBM3e", count=1, sharing=sharing),
                          filename="demo.yaml")
     errors = {d.code for d in result.diagnostics if d.severity == "error"}
     assert errors == {"mig-profile-needs-plugin-release", "mig-profiles-share-resource"}, result.diagnostics

@@ -24,6 +24,7 @@ from webhook_support import (
     workload,
 )
 
+from policy.admission import budget
 from webhook import review
 
 
@@ -219,8 +220,26 @@ def test_a_subresource_update_is_allowed_without_asking_the_engine() -> None:
 def test_the_engine_gets_the_object_old_object_operation_and_tenant() -> None:
     old, new = workload("Deployment"), workload("Deployment", container(gpus=2))
     engine = ScriptedEngine()
-    review.decide(parse(admission_review(new, old=old, operation="UPDATE")), engine, tenants=["research"])
-    assert engine.calls == [{"obj": new, "tenants": ("research",), "operation": "UPDATE", "old_obj": old}]
+    deadline = {"past": False}
+    review.decide(parse(admission_review(new, old=old, operation="UPDATE")), engine, tenants=["research"],
+                  expired=lambda: deadline["past"])
+    [call] = engine.calls
+    expired = call.pop("expired")
+    assert call == {"obj": new, "tenants": ("research",), "operation": "UPDATE", "old_obj": old}
+    assert expired() is False
+    deadline["past"] = True
+    assert expired() is True  # the engine is handed the caller's budget itself, not a copy of its state
+
+
+def test_a_review_out_of_time_is_denied_never_allowed() -> None:
+    class OutOfTime:
+        def evaluate(self, obj: Any, **_: Any) -> Any:
+            raise budget.OverBudget("searching for a fix")
+
+    verdict = review.decide(parse(admission_review(workload("Pod", container(gpus=1)))), OutOfTime())
+    assert not verdict.allowed and verdict.code == 403
+    assert verdict.rules == ((review.BUDGET_RULE, "deny"),)
+    assert "review budget (the time ran out while searching for a fix)" in verdict.message
 
 
 def test_a_dry_run_review_gets_the_same_verdict_as_a_real_one() -> None:

@@ -164,8 +164,9 @@ class ScriptedEngine:
     calls: list[dict[str, Any]] = field(default_factory=list)
 
     def evaluate(self, obj: Mapping[str, Any], *, tenants: Sequence[str] = (), operation: str = "CREATE",
-                 old_obj: Mapping[str, Any] | None = None) -> FakeDecision:
-        self.calls.append({"obj": obj, "tenants": tuple(tenants), "operation": operation, "old_obj": old_obj})
+                 old_obj: Mapping[str, Any] | None = None, expired: Callable[[], bool] = lambda: False) -> FakeDecision:
+        self.calls.append({"obj": obj, "tenants": tuple(tenants), "operation": operation, "old_obj": old_obj,
+                           "expired": expired})
         if self.error is not None:
             raise self.error
         return self.decision

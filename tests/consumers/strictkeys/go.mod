@@ -1,0 +1,3 @@
+module gpupolicy.dev/consumers/strictkeys
+
+go 1.18

@@ -1,0 +1,271 @@
+"""What a compiled tree hands each consumer: every device-plugin and mig-parted config file, with the release
+that reads it and the environment it is read in, and what report.json (and the admission policy) promise for it.
+
+Read from the files `gpupolicy compile` writes, never from the compiler's objects, so the tests see what Argo CD
+or Flux would apply.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from harnesses import Consumers
+from jsonschema import Draft202012Validator
+
+from policy.hardware import operator
+
+#: Environment the GPU Operator's device-plugin DaemonSet always sets, whatever the config file says
+#: (NVIDIA/gpu-operator assets/state-device-plugin/0500_daemonset.yaml; env beats the file:
+#: /work/shared/reference/device-plugin.md section 7). MIG_STRATEGY comes from the ClusterPolicy's mig.strategy.
+OPERATOR_PLUGIN_ENV = {"PASS_DEVICE_SPECS": "true", "FAIL_ON_INIT_ERROR": "true", "DEVICE_LIST_STRATEGY": "envvar",
+                       "DEVICE_ID_STRATEGY": "uuid", "MPS_ROOT": "/run/nvidia/mps"}
+SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+_TAG = re.compile(r":(v\d+\.\d+\.\d+)(?:-[\w.]+)?$")
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """One device-plugin config file as one node class's plugin reads it."""
+
+    tree: Path
+    class_name: str
+    release: str
+    """The device-plugin release the spec targets (devicePlugin.version), checked against the image tag."""
+    text: str
+    env: dict[str, str]
+    """The plugin container's environment: what overrides the file on the node."""
+    source: str
+    """Where the config and the env come from, for failure messages."""
+
+
+@dataclass(frozen=True)
+class MigConfig:
+    """The mig-parted config file of a tree and the k8s-mig-manager release that applies it."""
+
+    tree: Path
+    release: str
+    text: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Promise:
+    """What the compiled tree says a class's plugin advertises (report.json, cross-checked with the admission
+    policy where the tree has one)."""
+
+    shared: dict[str, int]
+    """Advertised resource -> replicas per device, for every resource with more than one replica."""
+    sharing_strategy: str
+    mig_strategy: str
+    fail_requests_greater_than_one: bool | None
+    """From the admission policy's offers; None when the tree has no admission policy ConfigMap."""
+    mig_devices: dict[str, int]
+    """MIG profile -> devices per node."""
+    gpus_per_node: int
+    mig_config: str | None
+    """The nvidia.com/mig.config label value the class's nodes get."""
+
+
+def documents(tree: Path, folder: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    for path in sorted((tree / folder).glob("*.yaml")):
+        found.extend(d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if isinstance(d, dict))
+    return found
+
+
+def spec_of(tree: Path) -> dict[str, Any]:
+    spec: dict[str, Any] = yaml.safe_load((tree.parent / "cluster.yaml").read_text(encoding="utf-8"))["spec"]
+    return spec
+
+
+def report_of(tree: Path) -> dict[str, Any]:
+    report: dict[str, Any] = json.loads((tree / "report.json").read_text(encoding="utf-8"))
+    return report
+
+
+def image_tag(image: str) -> str:
+    match = _TAG.search(image)
+    assert match, f"image {image} has no vX.Y.Z tag"
+    return match[1]
+
+
+def plugin_configs(tree: Path, spec: dict[str, Any] | None = None) -> list[PluginConfig]:
+    """Every device-plugin config of the tree, once per DaemonSet container that runs `nvidia-device-plugin` with
+    it (standalone), or once per ConfigMap key with the operator's env (deploy: gpu-operator)."""
+    spec = spec if spec is not None else spec_of(tree)
+    plugin = spec.get("devicePlugin", {})
+    release = plugin.get("version")
+    assert release, f"{tree.parent / 'cluster.yaml'} names no devicePlugin.version"
+    configmaps = {d["metadata"]["name"]: d for d in documents(tree, "device-plugin") if d["kind"] == "ConfigMap"}
+    found: list[PluginConfig] = []
+    if plugin.get("deploy") == "gpu-operator":
+        values = yaml.safe_load((tree / "gpu-operator-values.yaml").read_text(encoding="utf-8"))
+        name = values["devicePlugin"]["config"]["name"]
+        env = dict(OPERATOR_PLUGIN_ENV)
+        if values.get("mig", {}).get("strategy"):
+            env["MIG_STRATEGY"] = values["mig"]["strategy"]
+        for key, text in sorted(configmaps[name]["data"].items()):
+            source = f"{tree}/device-plugin ConfigMap {name} key {key}"
+            found.append(PluginConfig(tree, key, release, text, env, source))
+        return found
+    for daemonset in documents(tree, "device-plugin"):
+        if daemonset["kind"] != "DaemonSet":
+            continue
+        pod = daemonset["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        for container in pod["containers"]:
+            if container.get("command") != ["nvidia-device-plugin"]:
+                continue  # the MPS control daemon and GFD validate differently (device-plugin.md section 3)
+            assert image_tag(container["image"]) == release, (container["image"], release)
+            args = [a for a in container.get("args", []) if a.startswith("--config-file=")]
+            assert len(args) == 1, f"{daemonset['metadata']['name']}: one --config-file expected, got {args}"
+            path = args[0].removeprefix("--config-file=")
+            text = _mounted(path, container, volumes, configmaps)
+            env = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+            klass = daemonset["metadata"]["labels"]["gpupolicy.dev/node-class"]
+            found.append(PluginConfig(tree, klass, release, text, env,
+                                      f"{tree}/device-plugin DaemonSet {daemonset['metadata']['name']} ({path})"))
+    return found
+
+
+def _mounted(path: str, container: dict[str, Any], volumes: dict[str, Any], configmaps: dict[str, Any]) -> str:
+    """The text a ConfigMap volume puts at `path` inside the container (items map keys to file names)."""
+    for mount in container.get("volumeMounts", []):
+        prefix = mount["mountPath"].rstrip("/") + "/"
+        if not path.startswith(prefix):
+            continue
+        source = volumes[mount["name"]].get("configMap")
+        assert source, f"{path} is mounted from {volumes[mount['name']]}, not a ConfigMap"
+        relative = path.removeprefix(prefix)
+        data = configmaps[source["name"]]["data"]
+        items = {i["path"]: i["key"] for i in source.get("items", [])} or {k: k for k in data}
+        text: str = data[items[relative]]
+        return text
+    raise AssertionError(f"nothing is mounted at {path}")
+
+
+def mig_config(tree: Path, spec: dict[str, Any] | None = None) -> MigConfig | None:
+    """The tree's mig-parted config and the k8s-mig-manager release applying it; None without MIG."""
+    if not (tree / "mig").is_dir():
+        return None
+    spec = spec if spec is not None else spec_of(tree)
+    [configmap] = [d for d in documents(tree, "mig") if d["kind"] == "ConfigMap"]
+    managers = [c["image"] for d in documents(tree, "mig-manager") if d["kind"] == "DaemonSet"
+                for c in d["spec"]["template"]["spec"]["containers"]]
+    if managers:
+        tags = {image_tag(i) for i in managers}
+        assert len(tags) == 1, f"{tree}/mig-manager runs several releases: {sorted(tags)}"
+        [release] = tags
+        source = f"{tree}/mig-manager DaemonSets ({managers[0]})"
+    else:  # the GPU Operator runs the MIG manager its release ships (GO@<tag>:deployments/gpu-operator/values.yaml)
+        version = spec["devicePlugin"]["operator"]["version"]
+        shipped = next(r for r in operator.RELEASES if r.version == version)
+        release = image_tag(shipped.mig_manager_image)
+        source = f"the MIG manager GPU Operator {version} ships ({shipped.mig_manager_image})"
+    return MigConfig(tree, release, configmap["data"]["config.yaml"], f"{tree}/mig ConfigMap; {source}")
+
+
+def promise(tree: Path, class_name: str, spec: dict[str, Any] | None = None) -> Promise:
+    """What report.json says class_name's plugin advertises, with failRequestsGreaterThanOne from the admission
+    policy when the tree has one."""
+    report = report_of(tree)
+    [entry] = [c for c in report["classes"] if c["name"] == class_name]
+    after = entry["after"]
+    shared = {a["resource"]: a["replicas"] for a in after if a["replicas"] > 1}
+    profiles = [a for a in after if a["migProfile"]]
+    if not profiles:
+        mig_strategy = "none"
+    else:
+        mig_strategy = "mixed" if all(a["resource"].startswith("nvidia.com/mig-") for a in profiles) else "single"
+    strategy = "mps" if entry["mode"] == "mps" else "time-slicing" if shared else "none"
+    mig_devices: Counter[str] = Counter()
+    for a in profiles:
+        mig_devices[a["migProfile"]] += a["devicesPerNode"]
+    fail = None
+    policy = tree / "admission" / "configmap-gpupolicy-admission-policy.yaml"
+    if policy.is_file():
+        data = json.loads(yaml.safe_load(policy.read_text(encoding="utf-8"))["data"]["admission-policy.json"])
+        [klass] = [c for c in data["classes"] if c["name"] == class_name]
+        flags = {o["fail_requests_greater_than_one"] for o in klass["offers"] if o["shared"]}
+        assert len(flags) <= 1, f"{class_name}: offers disagree on failRequestsGreaterThanOne: {klass['offers']}"
+        fail = flags.pop() if flags else None
+        assert klass["mig_strategy"] == mig_strategy, (klass["mig_strategy"], mig_strategy)
+        offered = {o["resource"]: o["replicas"] for o in klass["offers"] if o["replicas"] > 1}
+        assert offered == shared, f"{class_name}: admission policy offers {offered}, report.json {shared}"
+    return Promise(shared, strategy, mig_strategy, fail, dict(mig_devices), entry["gpusPerNode"],
+                   entry["nodeLabels"].get("nvidia.com/mig.config"))
+
+
+def accepted_by_schema(schema: str, text: str) -> bool:
+    """Whether the hand-written consumer schema schemas/<schema> accepts a config file's text."""
+    validator = Draft202012Validator(json.loads((SCHEMAS / schema).read_text(encoding="utf-8")))
+    return not any(validator.iter_errors(yaml.safe_load(text)))
+
+
+def mig_devices_per_node(entries: list[dict[str, Any]], gpus: int) -> dict[str, int]:
+    """MIG devices per profile on a node of `gpus` GPUs after mig-parted applies `entries` (a selected config as
+    the harness prints it): entries in order, GPUs in index order, the last entry naming a GPU wins
+    (pkg/mig/config via cmd/nvidia-mig-parted/apply; /work/shared/reference/mig.md section 4)."""
+    final: dict[int, dict[str, int]] = {}
+    for entry in entries:
+        assert not entry.get("device-filter"), "device filters need the node's PCI ids; gpupolicy writes none"
+        indices = range(gpus) if entry["devices"] == "all" else [i for i in entry["devices"] if 0 <= i < gpus]
+        for index in indices:
+            final[index] = dict(entry["mig-devices"] or {}) if entry["mig-enabled"] else {}
+    totals: Counter[str] = Counter()
+    for layout in final.values():
+        totals.update(layout)
+    return {profile: n for profile, n in totals.items() if n}
+
+
+# ---- the checks: a consumer loads the file, and what it makes of it is what the tree promised ----------------
+
+
+def check_plugin_config(consumers: Consumers, config: PluginConfig, tmp_path: Path) -> None:
+    """Load one config with its release's own code and compare the effective config with the tree's promise;
+    a failure shows both views."""
+    path = tmp_path / f"{config.class_name}.yaml"
+    path.write_text(config.text, encoding="utf-8")
+    result = consumers.device_plugin(config.release, path, config.env)
+    promised = promise(config.tree, config.class_name)
+    views = f"{config.source}, release {config.release}\nplugin: {result.describe()}\npromised: {promised}"
+    assert result.returncode == 0, views
+    summary = result.document["summary"]
+    advertised = {r["advertised"]: r["replicas"] for r in summary["resources"] if r["replicas"] > 1}
+    assert advertised == promised.shared, views
+    assert summary["sharingStrategy"] == promised.sharing_strategy, views
+    assert summary["migStrategy"] == promised.mig_strategy, views
+    if promised.shared and promised.fail_requests_greater_than_one is not None:
+        assert summary["failRequestsGreaterThanOne"] == promised.fail_requests_greater_than_one, views
+    # The plugin drops a resources section and every rename but <name>.shared (DisableResourceNamingInConfig):
+    # the compiled config must not rely on either.
+    effective = result.document["config"]
+    assert not (effective.get("resources") or {}).get("gpus") and not (effective.get("resources") or {}).get("mig")
+    for r in summary["resources"]:
+        assert r["advertised"] in (r["name"], r["name"] + ".shared"), views
+
+
+def check_mig_config(consumers: Consumers, config: MigConfig, tmp_path: Path) -> None:
+    """Parse the tree's mig-parted config as its MIG manager does and select every class's nvidia.com/mig.config."""
+    path = tmp_path / "config.yaml"
+    path.write_text(config.text, encoding="utf-8")
+    report = report_of(config.tree)
+    promises = {c["name"]: promise(config.tree, c["name"]) for c in report["classes"]}
+    labelled = {name: p for name, p in promises.items() if p.mig_config}
+    assert labelled, f"{config.source}: no class names a mig-parted config"
+    result = consumers.mig_parted(config.release, path, *sorted({p.mig_config for p in labelled.values()
+                                                                 if p.mig_config}))
+    assert result.returncode == 0, f"{config.source}, release {config.release}\nmig-parted: {result.describe()}"
+    for name, promised in labelled.items():
+        assert promised.mig_config is not None
+        selected = result.document["selected"][promised.mig_config]
+        devices = mig_devices_per_node(selected, promised.gpus_per_node)
+        assert devices == promised.mig_devices, (
+            f"{config.source}: class {name} selects {promised.mig_config}\nmig-parted: {selected} -> {devices} per "
+            f"node\npromised: {promised.mig_devices}")

@@ -1,0 +1,232 @@
+"""The examples' admission test suites, sent to a real API server.
+
+Each case of examples/clusters/<cluster>/admission-tests.yaml becomes a request the API server admits or denies
+on its own: a dry-run CREATE, a dry-run UPDATE of an object stored beforehand, or a dry-run DELETE.  A suite
+case describes what the webhook is asked, not a whole object: a Deployment may come without a selector, a
+container without an image.  `complete` adds what the API server's validation demands (selectors matching the
+template's labels, images, a Job's restartPolicy) and nothing the admission rules read, so both sides judge one
+object.  Every case gets a name of its own (original name + case index) so the cases never meet in the store.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kube_api import Answer, KubeAPI
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "clusters"
+CLUSTERS = sorted(p.parent.name for p in EXAMPLES.glob("*/admission-tests.yaml"))
+Obj = dict[str, Any]
+
+#: kind -> (API path prefix, resource): every kind the suites use.
+RESOURCES: dict[str, tuple[str, str]] = {
+    "Pod": ("/api/v1", "pods"),
+    "ReplicationController": ("/api/v1", "replicationcontrollers"),
+    "Deployment": ("/apis/apps/v1", "deployments"),
+    "ReplicaSet": ("/apis/apps/v1", "replicasets"),
+    "StatefulSet": ("/apis/apps/v1", "statefulsets"),
+    "DaemonSet": ("/apis/apps/v1", "daemonsets"),
+    "Job": ("/apis/batch/v1", "jobs"),
+    "CronJob": ("/apis/batch/v1", "cronjobs"),
+    "RayCluster": ("/apis/ray.io/v1", "rayclusters"),
+}
+
+#: KubeRay's RayCluster, declared only as far as the API server must know it to store one: the suites hold a
+#: RayCluster to show that a kind the configuration does not register is never sent for review.
+RAYCLUSTER_CRD: Obj = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "rayclusters.ray.io"},
+    "spec": {"group": "ray.io", "scope": "Namespaced",
+             "names": {"kind": "RayCluster", "plural": "rayclusters", "singular": "raycluster", "listKind":
+                       "RayClusterList"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+
+
+@dataclass(frozen=True)
+class Case:
+    cluster: str
+    index: int
+    name: str
+    operation: str
+    obj: Obj
+    old: Obj | None
+    namespace: str
+    labels: dict[str, str]
+    expect: Obj
+
+    @property
+    def id(self) -> str:
+        return f"{self.cluster}#{self.index}: {self.name}"
+
+    @property
+    def kind(self) -> str:
+        return str(self.obj["kind"])
+
+
+def namespaces_of(cluster: str) -> dict[str, dict[str, str]]:
+    suite = yaml.safe_load((EXAMPLES / cluster / "admission-tests.yaml").read_text(encoding="utf-8"))
+    return {name: dict(labels or {}) for name, labels in (suite.get("namespaces") or {}).items()}
+
+
+def cases(cluster: str) -> list[Case]:
+    path = EXAMPLES / cluster / "admission-tests.yaml"
+    suite = yaml.safe_load(path.read_text(encoding="utf-8"))
+    known = namespaces_of(cluster)
+    out = []
+    for index, case in enumerate(suite["cases"]):
+        if "object" in case:
+            obj = case["object"]
+        else:
+            docs = [d for d in yaml.safe_load_all((path.parent / case["file"]).read_text(encoding="utf-8")) if d]
+            obj = docs[case.get("index", 0)]
+        namespace = case.get("namespace") or obj.get("metadata", {}).get("namespace") or "default"
+        labels = {**known.get(namespace, {}), **case.get("namespaceLabels", {})}
+        name = _case_name(obj.get("metadata", {}).get("name", "case"), index)
+        old = case.get("oldObject")
+        out.append(Case(cluster, index, case["name"], case.get("operation", "CREATE"), complete(obj, name, namespace),
+                        complete(old, name, namespace) if old else None, namespace, labels, case["expect"]))
+    return out
+
+
+def all_cases() -> list[Case]:
+    return [case for cluster in CLUSTERS for case in cases(cluster)]
+
+
+def _case_name(name: str, index: int) -> str:
+    # a CronJob's name leaves 11 characters for the Jobs it makes: stay under 52
+    return f"{re.sub(r'[^a-z0-9-]', '-', name.lower())[:44].strip('-')}-{index}"
+
+
+# --- completing a case into an object the API server stores ------------------------------------------------
+
+
+def complete(obj: Obj, name: str, namespace: str) -> Obj:
+    out = copy.deepcopy(obj)
+    metadata = out.setdefault("metadata", {})
+    metadata["name"], metadata["namespace"] = name, namespace
+    kind, spec = out.get("kind"), out.setdefault("spec", {})
+    labels = {"app": name}
+    if kind == "Pod":
+        _pod_spec(spec, restart=None)
+    elif kind in ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet"):
+        selector = spec.setdefault("selector", {"matchLabels": labels})
+        _template(spec, selector.get("matchLabels", {}), restart=None)
+    elif kind == "ReplicationController":
+        selector = spec.setdefault("selector", labels)
+        _template(spec, selector, restart=None)
+    elif kind == "Job":
+        _template(spec, {}, restart="Never")
+    elif kind == "CronJob":
+        spec.setdefault("schedule", "0 * * * *")
+        _template(spec.setdefault("jobTemplate", {}).setdefault("spec", {}), {}, restart="Never")
+    return out
+
+
+def _template(spec: Obj, labels: dict[str, str], *, restart: str | None) -> None:
+    template = spec.setdefault("template", {})
+    template_labels = template.setdefault("metadata", {}).setdefault("labels", {})
+    template_labels.update(labels)
+    _pod_spec(template.setdefault("spec", {}), restart=restart)
+
+
+def _pod_spec(spec: Obj, *, restart: str | None) -> None:
+    if restart and spec.get("restartPolicy") not in ("Never", "OnFailure"):
+        spec["restartPolicy"] = restart  # a Job's pods may not restart Always
+    for section in ("initContainers", "containers"):
+        for index, container in enumerate(spec.get(section) or []):
+            container.setdefault("name", f"{section.lower()[:-1]}-{index}")
+            container.setdefault("image", "registry.example/app:1")
+    spec.setdefault("containers", [{"name": "main", "image": "registry.example/app:1"}])
+
+
+# --- talking to the server ---------------------------------------------------------------------------------
+
+
+def collection(obj: Obj) -> str:
+    prefix, resource = RESOURCES[obj["kind"]]
+    return f"{prefix}/namespaces/{obj['metadata']['namespace']}/{resource}"
+
+
+def item(obj: Obj) -> str:
+    return f"{collection(obj)}/{obj['metadata']['name']}"
+
+
+def ensure_namespace(api: KubeAPI, name: str, labels: dict[str, str]) -> None:
+    answer = api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                        "metadata": {"name": name, "labels": labels}})
+    assert answer.status in (201, 409), answer.body
+    if answer.status == 409:  # already there: its labels become exactly these (the name label is the server's)
+        current = api.request("GET", f"/api/v1/namespaces/{name}").body
+        current["metadata"]["labels"] = {**labels, "kubernetes.io/metadata.name": name}
+        replaced = api.request("PUT", f"/api/v1/namespaces/{name}", current)
+        assert replaced.status == 200, replaced.body
+
+
+def create(api: KubeAPI, obj: Obj) -> Obj:
+    answer = api.request("POST", collection(obj), obj)
+    assert answer.status == 201, (obj["metadata"], answer.body)
+    stored: Obj = answer.body
+    return stored
+
+
+def prepare(api: KubeAPI, cluster: str, selected: list[Case]) -> None:
+    """Namespaces with the suite's labels, the RayCluster CRD where a case needs it, and the objects UPDATE and
+    DELETE cases act on, stored before any admission configuration exists (a violating object already running
+    is what those cases are about)."""
+    namespaces = namespaces_of(cluster)
+    for case in selected:
+        namespaces.setdefault(case.namespace, case.labels)
+    for name, labels in sorted(namespaces.items()):
+        if name != "default":
+            ensure_namespace(api, name, labels)
+    if any(case.kind == "RayCluster" for case in selected):
+        answer = api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", RAYCLUSTER_CRD)
+        assert answer.status in (201, 409), answer.body
+        poll(lambda: api.request("GET", "/apis/ray.io/v1").status == 200 or None, what="ray.io/v1 to be served")
+    for case in selected:
+        if case.operation == "UPDATE":
+            assert case.old is not None, case.id
+            create(api, case.old)
+        elif case.operation == "DELETE":
+            create(api, case.obj)
+
+
+def send(api: KubeAPI, case: Case) -> Answer:
+    """The case's request, as a dry run: admission runs in full, nothing is stored."""
+    if case.operation == "CREATE":
+        return api.request("POST", f"{collection(case.obj)}?dryRun=All", case.obj)
+    if case.operation == "UPDATE":
+        stored = api.request("GET", item(case.obj)).body
+        updated = copy.deepcopy(case.obj)
+        updated["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
+        return api.request("PUT", f"{item(case.obj)}?dryRun=All", updated)
+    if case.operation == "DELETE":
+        return api.request("DELETE", f"{item(case.obj)}?dryRun=All")
+    raise AssertionError(f"{case.id}: no request for operation {case.operation}")
+
+
+def poll(probe: Callable[[], Any], *, timeout: float = 60.0, what: str) -> Any:
+    """probe() until it returns something other than None (admission configuration takes effect through
+    informers, so a change is seen a moment after it is stored)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result is not None:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def documents(paths: Iterable[Path]) -> list[Obj]:
+    return [d for path in paths for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
