@@ -101,7 +101,9 @@ class Server:
                 response = self._connection.getresponse()
                 data = response.read()
                 break
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+            # A kept-alive connection the server closed while it was idle (its keep-alive ran out, or it was the
+            # idlest at the connection cap): redial once, as Go's transport does for the API server.
+            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ssl.SSLEOFError):
                 self._connection.close()
                 self._connection = None
                 if attempt == 2:
