@@ -1,9 +1,12 @@
 """The consumers' own Go code as test tools: one small Go module per consumer release, built once into a cache.
 
 Each directory `tests/consumers/<consumer>/<version>/` is its own Go module (go.mod, go.sum, main.go) that
-imports the consumer's config package at that release from the Go module proxy and loads one file with it (see
-each main.go). Go resolves one version per module in a build, so every release gets its own module; the shared
-`strictkeys/` module uses the standard library only, so it never moves a consumer's dependency versions.
+imports the consumer's config package at that release from the Go module proxy and loads one file with it. Go
+resolves one version per module in a build, so every release gets its own module, which keeps only what is its
+own: its go.mod's pins and a main.go naming the steps of its release. What several releases share (the load flow,
+output and exit status, the strict decode, each release family's flags and checks) lives in the local module
+`glue/` (a `replace` in every go.mod). It requires nothing, so it never moves a version in a harness's build list:
+its imports of the consumers' packages resolve to the release the harness pins.
 
 Binaries live in `${GPUPOLICY_CACHE:-~/.cache/gpupolicy}/consumers/<name>-<version>-<key>/harness`, the key
 being a digest of the module's sources, the shared module and `go version`; GOMODCACHE and GOCACHE live in the
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 HERE = Path(__file__).resolve().parent
-SHARED = HERE / "strictkeys"
+SHARED = HERE / "glue"
 Consumer = Literal["device-plugin", "mig-parted"]
 
 

@@ -4,6 +4,7 @@ cache is keyed by the sources, and every harness module pins the release it clai
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import harnesses
@@ -39,15 +40,36 @@ def test_the_cache_key_follows_the_sources_and_the_toolchain() -> None:
     assert harnesses.key(harness, "go version go1.26.8") != harnesses.key(other, "go version go1.26.8")
 
 
+MODULE = {"device-plugin": "github.com/NVIDIA/k8s-device-plugin", "mig-parted": "github.com/NVIDIA/mig-parted"}
+
+
+def _required(harness: harnesses.Harness) -> str:
+    go_mod = (harness.directory / "go.mod").read_text(encoding="utf-8")
+    [required] = re.findall(rf"^\s*{re.escape(MODULE[harness.consumer])} (v\S+)", go_mod, re.MULTILINE)
+    return required
+
+
 @pytest.mark.parametrize("harness", harnesses.HARNESSES, ids=[h.name for h in harnesses.HARNESSES])
 def test_every_harness_module_requires_its_release_and_has_a_go_sum(harness: harnesses.Harness) -> None:
     go_mod = (harness.directory / "go.mod").read_text(encoding="utf-8")
     assert (harness.directory / "go.sum").is_file() and (harness.directory / "main.go").is_file()
-    module = {"device-plugin": "github.com/NVIDIA/k8s-device-plugin", "mig-parted": "github.com/NVIDIA/mig-parted"}
-    [required] = re.findall(rf"^\s*{re.escape(module[harness.consumer])} (v\S+)", go_mod, re.MULTILINE)
+    required = _required(harness)
     # The module is the release itself, or a release with identical code that the comment names and explains.
     assert required == harness.version or (required in go_mod.split("\nmodule ")[0] and "identical" in go_mod)
     assert harness.version in harness.covers
+
+
+@pytest.mark.parametrize("harness", harnesses.HARNESSES, ids=[h.name for h in harnesses.HARNESSES])
+def test_every_binary_links_the_release_its_module_pins_and_the_local_glue(
+        consumers: harnesses.Consumers, harness: harnesses.Harness) -> None:
+    # The shared glue module requires nothing, so the build list stays the release module's own: the binary's
+    # recorded dependencies (`go version -m`) name the pinned consumer release and the glue replaced locally.
+    listed = subprocess.run([harnesses.go_binary(), "version", "-m", str(consumers.binary(harness))],
+                            capture_output=True, text=True, check=True).stdout
+    deps = dict(re.findall(r"^\s+dep\s+(\S+)\s+(\S+)", listed, re.MULTILINE))
+    assert deps[MODULE[harness.consumer]] == _required(harness)
+    assert re.search(r"^\s+dep\s+gpupolicy.dev/consumers/glue\s+v0.0.0\s*$", listed, re.MULTILINE)
+    assert re.search(r"^\s+=>\s+../../glue\s", listed, re.MULTILINE)
 
 
 def test_for_release_names_the_covered_releases_when_none_covers_a_tag() -> None:

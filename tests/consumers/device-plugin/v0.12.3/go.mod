@@ -7,7 +7,7 @@ go 1.18
 require (
 	github.com/NVIDIA/k8s-device-plugin v0.12.3
 	github.com/urfave/cli/v2 v2.4.0
-	gpupolicy.dev/consumers/strictkeys v0.0.0
+	gpupolicy.dev/consumers/glue v0.0.0
 	sigs.k8s.io/yaml v1.2.0
 )
 
@@ -30,4 +30,4 @@ require (
 	sigs.k8s.io/structured-merge-diff/v4 v4.0.1 // indirect
 )
 
-replace gpupolicy.dev/consumers/strictkeys => ../../strictkeys
+replace gpupolicy.dev/consumers/glue => ../../glue

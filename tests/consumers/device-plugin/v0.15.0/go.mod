@@ -7,7 +7,7 @@ go 1.22.2
 require (
 	github.com/NVIDIA/k8s-device-plugin v0.15.0
 	github.com/urfave/cli/v2 v2.27.1
-	gpupolicy.dev/consumers/strictkeys v0.0.0
+	gpupolicy.dev/consumers/glue v0.0.0
 	sigs.k8s.io/yaml v1.4.0
 )
 
@@ -41,4 +41,4 @@ require (
 	tags.cncf.io/container-device-interface/specs-go v0.7.0 // indirect
 )
 
-replace gpupolicy.dev/consumers/strictkeys => ../../strictkeys
+replace gpupolicy.dev/consumers/glue => ../../glue

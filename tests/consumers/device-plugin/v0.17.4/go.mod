@@ -7,7 +7,7 @@ go 1.23.0
 require (
 	github.com/NVIDIA/k8s-device-plugin v0.17.4
 	github.com/urfave/cli/v2 v2.27.5
-	gpupolicy.dev/consumers/strictkeys v0.0.0
+	gpupolicy.dev/consumers/glue v0.0.0
 	sigs.k8s.io/yaml v1.4.0
 )
 
@@ -43,4 +43,4 @@ require (
 	tags.cncf.io/container-device-interface/specs-go v0.8.0 // indirect
 )
 
-replace gpupolicy.dev/consumers/strictkeys => ../../strictkeys
+replace gpupolicy.dev/consumers/glue => ../../glue

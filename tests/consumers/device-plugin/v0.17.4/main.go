@@ -1,189 +1,26 @@
 // Command harness loads one device-plugin config file with NVIDIA k8s-device-plugin v0.17.4's own code and prints
-// the effective config, or the plugin's own error.
+// the effective config, or the plugin's own error (the steps, output and exit status: package
+// gpupolicy.dev/consumers/glue/deviceplugin).
 //
-// It runs the steps cmd/nvidia-device-plugin/main.go (v0.17.4) runs before it needs a GPU: spec.NewConfig on a
-// urfave/cli context carrying the plugin's own flags (defaults and environment variables, so the DaemonSet's env
-// overrides the file as on a node), then spec.DisableResourceNamingInConfig(logger, config) (in api/config/v1 from
-// v0.15.0), and the plugin's validateFlags checks that need no NVML. Package main cannot be imported, so what lives
-// there is restated below with the plugin's messages. On top it decodes strictly, which the plugin never does.
-//
-// Exit status: 0 with {"config", "summary"} JSON on stdout; 1 with the plugin's own error on stderr; 2 when the
-// plugin accepts the file but a strict decode finds keys it ignores (stdout still has the JSON).
+// v0.17.4 runs v0.17's flags and validateFlags (glue/deviceplugin/v017); its startPlugins disables the resource
+// naming (spec.DisableResourceNamingInConfig, still with its logger parameter) before it validates the flags.
 package main
 
 import (
-	"encoding/json"
-	"fmt"
-	"os"
-	"reflect"
-
 	spec "github.com/NVIDIA/k8s-device-plugin/api/config/v1"
-	cli "github.com/urfave/cli/v2"
-	"sigs.k8s.io/yaml"
 
-	"gpupolicy.dev/consumers/strictkeys"
+	"gpupolicy.dev/consumers/glue/deviceplugin"
+	"gpupolicy.dev/consumers/glue/deviceplugin/v015"
+	"gpupolicy.dev/consumers/glue/deviceplugin/v017"
 )
 
-// pluginFlags are the flags of cmd/nvidia-device-plugin/main.go at v0.17.4 that the config file can also set
-// (UpdateFromCLIFlags in api/config/v1/flags.go reads them by name), with their defaults and env vars.
-func pluginFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "mig-strategy", Value: spec.MigStrategyNone, EnvVars: []string{"MIG_STRATEGY"}},
-		&cli.BoolFlag{Name: "fail-on-init-error", Value: true, EnvVars: []string{"FAIL_ON_INIT_ERROR"}},
-		&cli.StringFlag{Name: "driver-root", Aliases: []string{"nvidia-driver-root"}, Value: "/", EnvVars: []string{"NVIDIA_DRIVER_ROOT"}},
-		&cli.StringFlag{Name: "dev-root", Aliases: []string{"nvidia-dev-root"}, EnvVars: []string{"NVIDIA_DEV_ROOT"}},
-		&cli.BoolFlag{Name: "pass-device-specs", Value: false, EnvVars: []string{"PASS_DEVICE_SPECS"}},
-		&cli.StringSliceFlag{Name: "device-list-strategy", Value: cli.NewStringSlice(spec.DeviceListStrategyEnvVar), EnvVars: []string{"DEVICE_LIST_STRATEGY"}},
-		&cli.StringFlag{Name: "device-id-strategy", Value: spec.DeviceIDStrategyUUID, EnvVars: []string{"DEVICE_ID_STRATEGY"}},
-		&cli.BoolFlag{Name: "gds-enabled", EnvVars: []string{"GDS_ENABLED"}},
-		&cli.BoolFlag{Name: "mofed-enabled", EnvVars: []string{"MOFED_ENABLED"}},
-		&cli.StringFlag{Name: "cdi-annotation-prefix", Value: spec.DefaultCDIAnnotationPrefix, EnvVars: []string{"CDI_ANNOTATION_PREFIX"}},
-		&cli.StringFlag{Name: "nvidia-cdi-hook-path", Aliases: []string{"nvidia-ctk-path"}, Value: spec.DefaultNvidiaCTKPath, EnvVars: []string{"NVIDIA_CDI_HOOK_PATH", "NVIDIA_CTK_PATH"}},
-		&cli.StringFlag{Name: "driver-root-ctr-path", Aliases: []string{"container-driver-root"}, Value: spec.DefaultContainerDriverRoot, EnvVars: []string{"DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT"}},
-		&cli.StringFlag{Name: "mps-root", EnvVars: []string{"MPS_ROOT"}},
-		&cli.StringFlag{Name: "device-discovery-strategy", Value: "auto", EnvVars: []string{"DEVICE_DISCOVERY_STRATEGY"}},
-		&cli.IntSliceFlag{Name: "imex-channel-ids", EnvVars: []string{"IMEX_CHANNEL_IDS"}},
-		&cli.BoolFlag{Name: "imex-required", EnvVars: []string{"IMEX_REQUIRED"}},
-		&cli.StringFlag{Name: "config-file", EnvVars: []string{"CONFIG_FILE"}},
-	}
-}
-
-// validateFlags restates the checks of validateFlags (cmd/nvidia-device-plugin/main.go, v0.17.4) that need no
-// NVML, with the plugin's messages; the CDI-needs-NVML check is left out (it asks the node).
-func validateFlags(config *spec.Config) error {
-	if _, err := spec.NewDeviceListStrategies(*config.Flags.Plugin.DeviceListStrategy); err != nil {
-		return fmt.Errorf("invalid --device-list-strategy option: %v", err)
-	}
-	if id := *config.Flags.Plugin.DeviceIDStrategy; id != spec.DeviceIDStrategyUUID && id != spec.DeviceIDStrategyIndex {
-		return fmt.Errorf("invalid --device-id-strategy option: %v", id)
-	}
-	if config.Sharing.SharingStrategy() == spec.SharingStrategyMPS {
-		if *config.Flags.MigStrategy == spec.MigStrategyMixed {
-			return fmt.Errorf("using --mig-strategy=mixed is not supported with MPS")
-		}
-		if config.Flags.MpsRoot == nil || *config.Flags.MpsRoot == "" {
-			return fmt.Errorf("using MPS requires --mps-root to be specified")
-		}
-	}
-	if d := *config.Flags.DeviceDiscoveryStrategy; d != "auto" && d != "nvml" && d != "tegra" {
-		return fmt.Errorf("invalid --device-discovery-strategy option %v", d)
-	}
-	if m := *config.Flags.MigStrategy; m != spec.MigStrategyNone && m != spec.MigStrategySingle && m != spec.MigStrategyMixed {
-		return fmt.Errorf("unknown MIG strategy: %v", m)
-	}
-	if err := spec.AssertChannelIDsValid(config.Imex.ChannelIDs); err != nil {
-		return fmt.Errorf("invalid IMEX channel IDs: %w", err)
-	}
-	return nil
-}
-
-// warnings satisfies api/config/v1's logger interface (Warning, Warningf) for DisableResourceNamingInConfig; the
-// plugin passes klog, which writes to stderr too.
-type warnings struct{}
-
-func (warnings) Warning(args ...interface{}) {
-	fmt.Fprintln(os.Stderr, append([]interface{}{"warning:"}, args...)...)
-}
-func (warnings) Warningf(format string, args ...interface{}) {
-	fmt.Fprintf(os.Stderr, "warning: "+format+"\n", args...)
-}
-
-type resource struct {
-	Name       string `json:"name"`
-	Advertised string `json:"advertised"`
-	Replicas   int    `json:"replicas"`
-}
-
-// summary is what the effective config means for the resources a node advertises.
-type summary struct {
-	MigStrategy                string     `json:"migStrategy"`
-	SharingStrategy            string     `json:"sharingStrategy"`
-	FailRequestsGreaterThanOne bool       `json:"failRequestsGreaterThanOne"`
-	RenameByDefault            bool       `json:"renameByDefault"`
-	Resources                  []resource `json:"resources"`
-}
-
-func summarize(config *spec.Config) summary {
-	s := summary{MigStrategy: *config.Flags.MigStrategy, SharingStrategy: string(config.Sharing.SharingStrategy()), Resources: []resource{}}
-	// The block the plugin replicates from: sharing.mps whenever present, else timeSlicing
-	// (Sharing.ReplicatedResources, api/config/v1/sharing.go).
-	active := config.Sharing.ReplicatedResources()
-	s.RenameByDefault = active.RenameByDefault
-	s.FailRequestsGreaterThanOne = active.FailRequestsGreaterThanOne
-	for _, r := range active.Resources {
-		s.Resources = append(s.Resources, advertise(r.Name, r.Rename, r.Replicas))
-	}
-	return s
-}
-
-// advertise names the resource a replicated entry is advertised as: its rename when one is left after the
-// renaming is disabled, else its name (internal/rm/device_map.go, updateDeviceMapWithReplicas).
-func advertise(name, rename spec.ResourceName, replicas int) resource {
-	advertised := string(name)
-	if rename != "" {
-		advertised = string(rename)
-	}
-	return resource{Name: string(name), Advertised: advertised, Replicas: replicas}
-}
-
-// strict decodes the file as the release never does: every key its Config types do not declare, including
-// inside the sharing blocks' custom unmarshallers (strictkeys), then yaml.UnmarshalStrict with the release's
-// own sigs.k8s.io/yaml (duplicate keys, and encoding/json's DisallowUnknownFields on the plain structs).
-func strict(path string) error {
-	text, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	var doc interface{}
-	if err := yaml.Unmarshal(text, &doc); err != nil {
-		return fmt.Errorf("strict decode: %v", err)
-	}
-	var typed spec.Config
-	strictErr := yaml.UnmarshalStrict(text, &typed)
-	if unknown := strictkeys.Unknown(doc, reflect.TypeOf(spec.Config{})); len(unknown) > 0 {
-		if strictErr != nil {
-			return fmt.Errorf("strict decode: keys v0.17.4 ignores: %v (%v)", unknown, strictErr)
-		}
-		return fmt.Errorf("strict decode: keys v0.17.4 ignores: %v", unknown)
-	}
-	if strictErr != nil {
-		return fmt.Errorf("strict decode: %v", strictErr)
-	}
-	return nil
-}
-
-func load(c *cli.Context, flags []cli.Flag) error {
-	// loadConfig (v0.17.4): NewConfig, then the GFD flags dropped; startPlugins then disables the resource naming
-	// and validates the flags.
-	config, err := spec.NewConfig(c, flags)
-	if err != nil {
-		return cli.Exit(fmt.Sprintf("unable to finalize config: %v", err), 1)
-	}
-	config.Flags.GFD = nil
-	spec.DisableResourceNamingInConfig(warnings{}, config)
-	if err := validateFlags(config); err != nil {
-		return cli.Exit(fmt.Sprintf("unable to validate flags: %v", err), 1)
-	}
-	out, err := json.Marshal(map[string]interface{}{"config": config, "summary": summarize(config)})
-	if err != nil {
-		return cli.Exit(err.Error(), 1)
-	}
-	fmt.Println(string(out))
-	if path := c.String("config-file"); path != "" {
-		if err := strict(path); err != nil {
-			return cli.Exit(err.Error(), 2)
-		}
-	}
-	return nil
-}
-
 func main() {
-	app := cli.NewApp()
-	app.Name = "device-plugin-config-v0.17.4"
-	app.Flags = pluginFlags()
-	app.Action = func(c *cli.Context) error { return load(c, app.Flags) }
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(64)
-	}
+	deviceplugin.Main(deviceplugin.Release{
+		Flags: v017.Flags(),
+		Prepare: func(config *spec.Config) error {
+			spec.DisableResourceNamingInConfig(deviceplugin.Warnings{}, config)
+			return v017.Validate(config)
+		},
+		Summarize: v015.Summarize,
+	})
 }

@@ -8,6 +8,7 @@ module gpupolicy.dev/consumers/mig-parted
 go 1.23.0
 
 require (
+	gpupolicy.dev/consumers/glue v0.0.0
 	github.com/NVIDIA/mig-parted v0.10.0
 	sigs.k8s.io/yaml v1.4.0
 )
@@ -23,3 +24,5 @@ require (
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
 	golang.org/x/sys v0.21.0 // indirect
 )
+
+replace gpupolicy.dev/consumers/glue => ../../glue

@@ -5,6 +5,7 @@ module gpupolicy.dev/consumers/mig-parted
 go 1.24.0
 
 require (
+	gpupolicy.dev/consumers/glue v0.0.0
 	github.com/NVIDIA/mig-parted v0.13.1
 	sigs.k8s.io/yaml v1.6.0
 )
@@ -21,3 +22,5 @@ require (
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	golang.org/x/sys v0.31.0 // indirect
 )
+
+replace gpupolicy.dev/consumers/glue => ../../glue

@@ -1,3 +1,0 @@
-module gpupolicy.dev/consumers/strictkeys
-
-go 1.18
