@@ -28,12 +28,14 @@ pytestmark = pytest.mark.consumers
 PLUGIN_TAGS = [r.tag for r in releases.config_releases() if any(r.tag in h.covers for h in harnesses.DEVICE_PLUGIN)]
 
 
-def _mig_manager(tag: str) -> str:
-    """The k8s-mig-manager release a standalone tree deploys beside device plugin `tag` (compiler/targets/
-    mig_manager.py: the MIG manager of the newest GPU Operator release shipping that plugin or an older one)."""
+def _mig_manager(tag: str) -> str | None:
+    """The k8s-mig-manager release a standalone tree deploys beside device plugin `tag`, as compiler/targets/
+    mig_manager.py picks it (operator.mig_manager_release: the newest GPU Operator release, of either table,
+    shipping that plugin or an older config-file one); None where no release shipped one (v0.12.0, v0.12.1)."""
     found = releases.find(tag)
     assert found is not None
-    return trees.image_tag(operator.nearest(found.version).mig_manager_image)
+    shipped = operator.mig_manager_release(found.version)
+    return trees.image_tag(shipped.mig_manager_image) if shipped else None
 
 
 _PARTED = {t for h in harnesses.MIG_PARTED for t in h.covers}
@@ -48,6 +50,17 @@ def test_the_corpus_draws_from_every_release_family_and_mig_releases_exist() -> 
     families = {tuple(releases.find(t).version[:2]) for t in PLUGIN_TAGS}  # type: ignore[union-attr]
     assert families >= {(0, 12), (0, 13), (0, 14), (0, 15), (0, 17), (0, 18), (0, 19)}
     assert MIG_TAGS, "no device-plugin release deploys a MIG manager a mig-parted harness covers"
+
+
+def test_the_corpus_pairs_each_plugin_release_with_the_mig_manager_its_operator_release_shipped() -> None:
+    # GO@<tag>:deployments/gpu-operator/values.yaml (operator.RELEASES, COMPONENTS_ONLY): v22.9.0 ships plugin
+    # v0.12.3 with MIG manager v0.5.0, v25.3.0 v0.17.1 with v0.12.1, v25.3.2 v0.17.3 with v0.12.2, v25.10.1 v0.18.1
+    # with v0.13.1 (v0.18.2 was shipped by none), v26.3.3 v0.19.3 with v0.14.2.
+    assert {t: _mig_manager(t) for t in ("v0.12.3", "v0.13.0", "v0.17.1", "v0.17.3", "v0.18.2", "v0.19.3")} == {
+        "v0.12.3": "v0.5.0", "v0.13.0": "v0.5.0", "v0.17.1": "v0.12.1", "v0.17.3": "v0.12.2",
+        "v0.18.2": "v0.13.1", "v0.19.3": "v0.14.2"}
+    # Only those whose MIG manager a mig-parted harness parses draw MIG classes.
+    assert MIG_TAGS == ["v0.17.1", "v0.17.2", "v0.18.2", "v0.19.3"]
 
 
 @st.composite
@@ -112,6 +125,7 @@ def test_every_config_a_generated_spec_compiles_to_means_at_its_release_what_the
         assert trees.accepted_by_schema("device-plugin-config.schema.json", config.text), config.text
     parted = trees.mig_config(tree, spec["spec"])
     if parted is not None:
+        assert parted.release == _mig_manager(tag), (parted.source, tag)  # the tree runs the MIG manager paired
         trees.check_mig_config(consumers, parted, work)
         assert trees.accepted_by_schema("mig-parted-config.schema.json", parted.text), parted.text
     event(f"compiled, device plugin {harnesses.for_release('device-plugin', tag).version}"
