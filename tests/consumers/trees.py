@@ -202,10 +202,51 @@ def promise(tree: Path, class_name: str, spec: dict[str, Any] | None = None) -> 
                    entry["nodeLabels"].get("nvidia.com/mig.config"))
 
 
-def accepted_by_schema(schema: str, text: str) -> bool:
-    """Whether the hand-written consumer schema schemas/<schema> accepts a config file's text."""
-    validator = Draft202012Validator(json.loads((SCHEMAS / schema).read_text(encoding="utf-8")))
-    return not any(validator.iter_errors(yaml.safe_load(text)))
+def accepted_by_schema(schema: str, text: str, release: str | None = None) -> bool:
+    """Whether the hand-written consumer schema schemas/<schema> accepts a config file's text: as every release
+    reads it, or, given `release`, as that release does (schema_for_release)."""
+    document = json.loads((SCHEMAS / schema).read_text(encoding="utf-8"))
+    if release is not None:
+        document = schema_for_release(document, release)
+    return not any(Draft202012Validator(document).iter_errors(yaml.safe_load(text)))
+
+
+def _version(tag: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in tag.removeprefix("v").split("."))
+
+
+def schema_for_release(node: Any, release: str) -> Any:
+    """The schema as `release` reads files: every property whose `x-since` is a newer release dropped, so
+    additionalProperties: false refuses the key that release would silently ignore."""
+    if isinstance(node, list):
+        return [schema_for_release(item, release) for item in node]
+    if not isinstance(node, dict):
+        return node
+    kept = {key: schema_for_release(value, release) for key, value in node.items()}
+    if isinstance(node.get("properties"), dict):
+        kept["properties"] = {name: schema_for_release(sub, release) for name, sub in node["properties"].items()
+                              if _version(sub.get("x-since", "v0.0.0")) <= _version(release)}
+    return kept
+
+
+def since_marks(schema: dict[str, Any]) -> dict[str, str]:
+    """Every property of a schema carrying `x-since`, by its dotted path through properties and $defs refs,
+    mapped to its release."""
+    found: dict[str, str] = {}
+    stack: list[tuple[Any, str]] = [(schema, "")]
+    while stack:
+        node, at = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        ref = node.get("$ref", "")
+        if ref.startswith("#/$defs/"):  # the config's $defs nest without cycles
+            stack.append((schema["$defs"][ref.removeprefix("#/$defs/")], at))
+        for name, sub in (node.get("properties") or {}).items():
+            where = f"{at}.{name}" if at else name
+            if isinstance(sub, dict) and "x-since" in sub:
+                found[where] = sub["x-since"]
+            stack.append((sub, where))
+    return found
 
 
 def mig_devices_per_node(entries: list[dict[str, Any]], gpus: int) -> dict[str, int]:
