@@ -97,6 +97,9 @@ MIG_PARTED: tuple[Harness, ...] = (
             "v0.13.0-1", cgo=True),
 )
 
+#: No harness for NVIDIA's DRA driver (github.com/NVIDIA/k8s-dra-driver-gpu v25.3.0-v25.12.0, sigs.k8s.io/
+#: dra-driver-nvidia-gpu v0.4.0) nor HAMi (github.com/Project-HAMi/HAMi, pinned commits): the Go module proxy
+#: answers 403 "This module version is not available" for every release tried (docs/testing.md lists them).
 HARNESSES: tuple[Harness, ...] = DEVICE_PLUGIN + MIG_PARTED
 
 
