@@ -8,8 +8,8 @@ module gpupolicy.dev/consumers/mig-parted
 go 1.23.0
 
 require (
-	gpupolicy.dev/consumers/glue v0.0.0
 	github.com/NVIDIA/mig-parted v0.10.0
+	gpupolicy.dev/consumers/glue v0.0.0
 	sigs.k8s.io/yaml v1.4.0
 )
 

@@ -5,8 +5,8 @@ module gpupolicy.dev/consumers/mig-parted
 go 1.24.0
 
 require (
-	gpupolicy.dev/consumers/glue v0.0.0
 	github.com/NVIDIA/mig-parted v0.13.1
+	gpupolicy.dev/consumers/glue v0.0.0
 	sigs.k8s.io/yaml v1.6.0
 )
 
