@@ -175,11 +175,9 @@ def _audit(args: argparse.Namespace) -> int:
         sys.stderr.write(render_text(report))
         return ExitCode.BAD_INPUT
     if args.from_files:
-        from cli.manifests import objects as unwrap
-        from cli.manifests import read_recorded
+        from cli.recorded import read_objects
 
-        documents = read_recorded(args.from_files)
-        objects = None if documents is None else [obj for data in documents for obj, _ in unwrap(data)]
+        objects = read_objects(args.from_files)
     else:
         from cluster import snapshot
 

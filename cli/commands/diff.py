@@ -76,16 +76,14 @@ def _report(args: argparse.Namespace, base: ResolvedPolicy, head: ResolvedPolicy
 
 
 def _with_workloads(paths: list[str], found: object, base: ResolvedPolicy, head: ResolvedPolicy) -> object:
-    from cli.manifests import objects as unwrap
-    from cli.manifests import read_recorded
+    from cli.recorded import read_objects
     from policy.admission.engine import Engine
     from policy.audit import impact, scan
     from policy.resolved.offers import build_admission_policy
 
-    documents = read_recorded(paths)
-    if documents is None:
+    objects = read_objects(paths)
+    if objects is None:
         return None
-    objects = [obj for data in documents for obj, _ in unwrap(data)]
     labels = scan.namespace_labels(objects)
     audits = [scan.audit(Engine(build_admission_policy(p)), objects, labels) for p in (base, head)]
     return impact.with_workloads(found, base, head, *audits, objects)  # type: ignore[arg-type]

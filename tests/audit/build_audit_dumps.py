@@ -153,11 +153,18 @@ def h20_mig() -> list[Obj]:
 SCENARIOS = {"mixed-fleet": mixed_fleet, "h20-mig": h20_mig}
 
 
+class _Dumper(yaml.SafeDumper):
+    """No anchors or aliases: kubectl never writes them (and the audit refuses them)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def render(name: str) -> str:
     header = (f"# {name}: built by tests/audit/build_audit_dumps.py from tests/fixtures/workloads (see "
               "tests/audit/README.md); do not edit\n")
-    return header + yaml.safe_dump({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
-                                    "items": SCENARIOS[name]()}, sort_keys=True)
+    return header + yaml.dump({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
+                               "items": SCENARIOS[name]()}, Dumper=_Dumper, sort_keys=True)
 
 
 def build() -> dict[Path, str]:

@@ -69,5 +69,25 @@ def test_a_broken_spec_or_an_unreadable_dump_exits_two(tmp_path: Path, capsys: p
     broken.write_text("apiVersion: gpupolicy.dev/v1alpha1\nkind: ClusterGPUPolicy\nspec: {}\n", encoding="utf-8")
     assert main(["cluster", "audit", "-p", str(broken), "-f", DUMP]) == 2
     assert main(["cluster", "audit", "-p", str(MIXED), "-f", str(tmp_path / "missing.yaml")]) == 2
-    assert "missing.yaml does not exist" in capsys.readouterr().err
+    assert "missing.yaml: error: does not exist" in capsys.readouterr().err
     assert main(["cluster", "audit", "-p", str(MIXED), "-f", DUMP, "--max-results", "-1"]) == 2
+
+
+def test_a_json_dump_is_read_like_the_yaml_one(tmp_path: Path, capsys: pytest.CaptureFixture[str], head: str) -> None:
+    dump = tmp_path / "objects.json"
+    dump.write_text(json.dumps(yaml.safe_load(Path(DUMP).read_text(encoding="utf-8"))), encoding="utf-8")
+    assert main(["cluster", "audit", "-p", head, "-f", str(dump), "-O", "json", "--fail-only"]) == 1
+    assert json.loads(capsys.readouterr().out)["total"] == 4
+
+
+def test_yaml_aliases_and_syntax_errors_are_refused_with_their_place(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    aliased = tmp_path / "aliased.yaml"
+    aliased.write_text("apiVersion: v1\nkind: List\nitems:\n- &pod {apiVersion: v1, kind: Pod, metadata: {name: a}}\n"
+                       "- *pod\n", encoding="utf-8")
+    assert main(["cluster", "audit", "-p", str(MIXED), "-f", str(aliased)]) == 2
+    assert "aliased.yaml: error: holds a YAML anchor and alias" in capsys.readouterr().err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("items:\n  - {kind: Pod\n", encoding="utf-8")
+    assert main(["cluster", "audit", "-p", str(MIXED), "-f", str(broken)]) == 2
+    assert "broken.yaml:3:1: error: not valid YAML" in capsys.readouterr().err
