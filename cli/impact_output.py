@@ -101,11 +101,13 @@ def _disruptions(impact: Impact) -> list[str]:
     lines = [*_table("Disruption on nodes", ("class", "what", "nodes", "GPUs", "detail"), [
         (f"`{d.node_class}`", d.kind, _count(d.nodes), _count(d.gpus), d.detail) for d in impact.disruptions]), "\n"]
     for d in impact.disruptions:
-        if d.kind == "mig-repartition" and impact.workloads is not None:
-            shown = ", ".join(f"`{p.namespace}/{p.name}`" for p in d.drain[:MAX_LISTED])
-            more = f" and {len(d.drain) - MAX_LISTED} more" if len(d.drain) > MAX_LISTED else ""
-            lines.append(f"GPU pods to drain before `{d.node_class}` is re-partitioned ({len(d.drain)}): "
-                         f"{shown or 'none'}{more}\n\n")
+        if d.kind == "device-plugin-restart" or impact.workloads is None:
+            continue
+        shown = ", ".join(f"`{p.namespace}/{p.name}`" for p in d.drain[:MAX_LISTED])
+        more = f" and {len(d.drain) - MAX_LISTED} more" if len(d.drain) > MAX_LISTED else ""
+        what = f"GPU pods to drain before `{d.node_class}` is re-partitioned" if d.kind == "mig-repartition" else \
+            f"Running pods that select `{d.node_class}`'s nodes by a changed label"
+        lines.append(f"{what} ({len(d.drain)}): {shown or 'none'}{more}\n\n")
     return lines
 
 

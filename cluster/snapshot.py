@@ -143,6 +143,7 @@ class _Reader:
         from kubernetes.client import AppsV1Api, CoreV1Api
 
         self.client, self.context, self.server, self.timeout = client, context, server, timeout
+        self.rbac_fix = RBAC_FIX
         self.core, self.apps = CoreV1Api(client), AppsV1Api(client)
         self.server_time: datetime | None = None
 
@@ -268,7 +269,8 @@ class _Reader:
     def refused(self, err: Any, verb: str, where: str) -> ClusterAccessError:
         status, reason = int(err.status or 0), _status_message(err)
         if status == 403:
-            return ClusterAccessError(f"the API server refused to {verb} {where} (403 Forbidden: {reason})", RBAC_FIX)
+            return ClusterAccessError(f"the API server refused to {verb} {where} (403 Forbidden: {reason})",
+                                      self.rbac_fix)
         if status == 401:
             return ClusterAccessError(f"the API server at {self.server} rejected the credentials of context "
                                       f"{self.context} (401 Unauthorized)",
@@ -319,6 +321,11 @@ def read_objects(access: Access, kinds: tuple[tuple[str, str], ...]) -> tuple[li
     reader = _Reader(*_connect(access), timeout=access.timeout_seconds)
     with reader:
         served = reader.discover({group for group, _ in kinds})
+        resources = sorted({_resource_name(path) for key, (path, _) in served.items()
+                            if key in kinds or key == ("", "Namespace")})
+        reader.rbac_fix = ("grant list on what the audit reads, e.g. kubectl create clusterrole gpupolicy-auditor "
+                           f"--verb=list --resource={','.join(resources)} && kubectl create clusterrolebinding "
+                           "gpupolicy-auditor --clusterrole=gpupolicy-auditor --user=<you>")
         found: list[Json] = []
         missing: list[str] = []
         for group, kind in (("", "Namespace"), *kinds):
@@ -330,3 +337,9 @@ def read_objects(access: Access, kinds: tuple[tuple[str, str], ...]) -> tuple[li
             for obj in reader.list("list", path.rpartition("/")[2], reader.get_path, path=path):
                 found.append({**obj, "apiVersion": api_version, "kind": kind})  # list items carry neither
         return found, tuple(missing)
+
+
+def _resource_name(path: str) -> str:
+    """``/apis/apps/v1/deployments`` -> ``deployments.apps``; ``/api/v1/pods`` -> ``pods`` (kubectl's spelling)."""
+    parts = path.strip("/").split("/")
+    return parts[-1] if parts[0] == "api" else f"{parts[-1]}.{parts[1]}"

@@ -19,7 +19,7 @@ are per node.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from policy.admission import workloads
@@ -78,7 +78,10 @@ class Disruption:
     """GPUs affected: those re-partitioned, or every GPU of the class's nodes."""
     detail: str
     drain: tuple[ObjectRef, ...] = ()
-    """Running pods (from the workloads given) that may sit on these GPUs and must leave first."""
+    """Running pods (from the workloads given) that may sit on these GPUs and must leave first (a re-partition), or
+    that select the class's nodes by a label that changes (a node-label change: they move or stay Pending)."""
+    labels: tuple[str, ...] = ()
+    """The label keys a node-label change changes."""
 
 
 @dataclass(frozen=True)
@@ -284,21 +287,23 @@ def _disruptions(before: ResolvedClass | None, after: ResolvedClass | None,
         yield Disruption(c.name, "device-plugin-restart", nodes, all_gpus,
                          f"{why}: the plugin restarts on every node of the class and re-advertises "
                          f"{', '.join(sorted({o.resource for o in after.offers}))}")
-    moved = _label_moves(before, after)
+    moved, keys = _label_moves(before, after)
     if moved:
         yield Disruption(c.name, "node-label-change", nodes, all_gpus,
-                         f"{moved}: workloads that select nodes by these labels move or stay Pending")
+                         f"{moved}: workloads that select nodes by these labels move or stay Pending", labels=keys)
 
 
-def _label_moves(before: ResolvedClass, after: ResolvedClass) -> str:
-    parts = []
+def _label_moves(before: ResolvedClass, after: ResolvedClass) -> tuple[str, tuple[str, ...]]:
+    """The label changes in words, and the keys changed."""
+    parts, changed = [], set()
     for what, old, new in (("nodeSelector", *(_labels(before)[0], _labels(after)[0])),
                            ("node labels", *(_labels(before)[1], _labels(after)[1]))):
         keys = sorted(k for k in {*old, *new} if old.get(k) != new.get(k))
+        changed.update(keys)
         if keys:
             parts.append(f"{what} " + ", ".join(f"{k}: {old.get(k, '(none)')} -> {new.get(k, '(none)')}"
                                                 for k in keys))
-    return "; ".join(parts)
+    return "; ".join(parts), tuple(sorted(changed))
 
 
 def _ranges(indices: Sequence[int]) -> str:
@@ -361,10 +366,13 @@ class _RunningPod:
 
 
 def _with_drain(d: Disruption, pods: Sequence[_RunningPod], c: ResolvedClass | None) -> Disruption:
-    if d.kind != "mig-repartition" or c is None:
+    """The disruption with the running pods it touches: for a re-partition, those BASE's class may hold; for a
+    label change, those of them that select nodes by a changed label."""
+    if d.kind == "device-plugin-restart" or c is None:
         return d
-    return Disruption(d.node_class, d.kind, d.nodes, d.gpus, d.detail,
-                      tuple(sorted(p.ref for p in pods if p.may_run_on(c))))
+    touched = (p for p in pods if p.may_run_on(c)
+               and (d.kind == "mig-repartition" or any(k in d.labels for k, _ in p.node_selector)))
+    return replace(d, drain=tuple(sorted(p.ref for p in touched)))
 
 
 def _overcommits(classes: Sequence[ClassChange], pods: Sequence[_RunningPod],

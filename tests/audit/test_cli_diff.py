@@ -159,3 +159,19 @@ def test_bad_input_exits_two(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     assert main(["diff", spec, str(broken)]) == 2
     assert main(["diff", spec, spec, "--workloads", str(tmp_path / "missing.yaml")]) == 2
     assert "does not validate" in capsys.readouterr().err
+
+
+def test_a_node_selector_change_names_the_running_pods_that_select_the_old_label(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    head = edited(tmp_path, "mixed-fleet", "node-pool: t4-dev", "node-pool: t4-notebooks")
+    dump = str(build_audit_dumps.DUMPS / "mixed-fleet.yaml")
+    code, document = diff_json(capsys, str(EXAMPLES / "mixed-fleet" / "cluster.yaml"), head, "--workloads", dump)
+    assert code == 1  # the notebooks' nodeSelector now matches no class: HEAD would deny them
+    assert [(v["name"], v["rules"]) for v in document["workloads"]["newViolations"]] == [
+        ("notebook", ["gpu-request-unsatisfiable"])]
+    [moved] = [d for d in document["disruptions"] if d["kind"] == "node-label-change"]
+    assert (moved["node_class"], moved["nodes"], moved["gpus"]) == ("t4-dev", 6, 6)
+    assert "nodeSelector node-pool: t4-dev -> t4-notebooks" in moved["detail"] and "node-pool" in moved["labels"]
+    assert [p["name"] for p in moved["drain"]] == ["notebook-77f5d9c4b-7x2kq", "notebook-77f5d9c4b-b9wzl"]
+    assert main(["diff", str(EXAMPLES / "mixed-fleet" / "cluster.yaml"), head, "--workloads", dump]) == 1
+    assert "Running pods that select `t4-dev`'s nodes by a changed label (2)" in capsys.readouterr().out
