@@ -188,7 +188,7 @@ def _audit(args: argparse.Namespace) -> int:
     if objects is None:
         return ExitCode.BAD_INPUT
     policy = build_admission_policy(resolved)
-    result = scan.audit(Engine(policy), objects, scan.namespace_labels(objects))
+    result = scan.audit(Engine(policy, memo_size=scan.MEMO_SIZE), objects, scan.namespace_labels(objects))
     default_cap = reports.DEFAULT_MAX_RESULTS if args.output in ("policy-report", "openreports") else len(objects)
     options = reports.Options(fail_only=args.fail_only,
                               max_results=default_cap if args.max_results is None else args.max_results)

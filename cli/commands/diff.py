@@ -85,7 +85,8 @@ def _with_workloads(paths: list[str], found: object, base: ResolvedPolicy, head:
     if objects is None:
         return None
     labels = scan.namespace_labels(objects)
-    audits = [scan.audit(Engine(build_admission_policy(p)), objects, labels) for p in (base, head)]
+    audits = [scan.audit(Engine(build_admission_policy(p), memo_size=scan.MEMO_SIZE), objects, labels)
+              for p in (base, head)]
     return impact.with_workloads(found, base, head, *audits, objects)  # type: ignore[arg-type]
 
 

@@ -17,6 +17,10 @@ from policy.admission.engine import NOT_CHECKED, Decision, Engine
 from policy.spec.diagnostics import Diagnostic
 
 Outcome = Literal["pass", "fail", "warn", "skip"]
+#: Verdicts the audit's engine remembers: a cluster has more distinct templates in flight than the webhook sees at
+#: once (each ReplicaSet's pods carry their own pod-template-hash), and a command may hold more (at most 64 MiB of
+#: keys, by the engine's 16 KiB key bound).
+MEMO_SIZE = 4096
 #: How deep an owner chain is followed (Pod -> ReplicaSet -> Deployment is 2; a CRD may add a level or two).
 MAX_OWNER_DEPTH = 8
 
