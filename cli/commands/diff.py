@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from policy.audit.impact import Impact
     from policy.resolved.resolve import ResolvedPolicy
 
 
@@ -55,9 +56,10 @@ def _report(args: argparse.Namespace, base: ResolvedPolicy, head: ResolvedPolicy
 
     found = impact.compare(base, head, compile_policy(base), compile_policy(head))
     if args.workloads:
-        found = _with_workloads(args.workloads, found, base, head)
-        if found is None:
+        judged = _with_workloads(args.workloads, found, base, head)
+        if judged is None:
             return ExitCode.BAD_INPUT
+        found = judged
     if args.output == "json":
         sys.stdout.write(render_json(found, names))
     else:
@@ -75,7 +77,9 @@ def _report(args: argparse.Namespace, base: ResolvedPolicy, head: ResolvedPolicy
     return ExitCode.FINDINGS if found.new_violations or found.overcommits else ExitCode.OK
 
 
-def _with_workloads(paths: list[str], found: object, base: ResolvedPolicy, head: ResolvedPolicy) -> object:
+def _with_workloads(paths: list[str], found: Impact, base: ResolvedPolicy, head: ResolvedPolicy) -> Impact | None:
+    """``found`` with the running workloads of the dumps judged under both specs; None after saying why a dump
+    cannot be read."""
     from cli.recorded import read_objects
     from policy.admission.engine import Engine
     from policy.audit import impact, scan
@@ -87,7 +91,7 @@ def _with_workloads(paths: list[str], found: object, base: ResolvedPolicy, head:
     labels = scan.namespace_labels(objects)
     audits = [scan.audit(Engine(build_admission_policy(p), memo_size=scan.MEMO_SIZE), objects, labels)
               for p in (base, head)]
-    return impact.with_workloads(found, base, head, *audits, objects)  # type: ignore[arg-type]
+    return impact.with_workloads(found, base, head, *audits, objects)
 
 
 def _resolved(name: str, text: str | None) -> ResolvedPolicy | None:

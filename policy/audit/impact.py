@@ -19,7 +19,7 @@ are per node.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from policy.admission import workloads
@@ -106,7 +106,6 @@ class Impact:
     overcommits: tuple[Overcommit, ...] = ()
     workloads: int | None = None
     """GPU workloads judged (None: no workloads given)."""
-    notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def changed(self) -> bool:
@@ -141,8 +140,7 @@ def with_workloads(impact: Impact, base: ResolvedPolicy, head: ResolvedPolicy, b
         impact.classes, impact.tenants, impact.tree, drained,
         new_violations=tuple(r for r in head_audit.violations if old.get(r.key) != _rules(r)),
         resolved_violations=tuple(r for r in base_audit.violations if r.key not in new),
-        overcommits=_overcommits(impact.classes, running, head), workloads=len(head_audit.results),
-        notes=impact.notes)
+        overcommits=_overcommits(impact.classes, running, head), workloads=len(head_audit.results))
 
 
 # --- classes -------------------------------------------------------------------------------------------------
