@@ -130,7 +130,8 @@ def namespace_labels(objects: Iterable[Mapping[str, Any]]) -> dict[str, dict[str
 
 def audit(engine: Engine, objects: Iterable[Mapping[str, Any]],
           namespace_labels: Mapping[str, Mapping[str, str]]) -> Audit:
-    """Judge every object as the webhook would at its creation, and fold owned objects into their owners.
+    """Judge every object as the webhook would at its creation, and fold owned objects into their owners; Pods
+    that have finished (Succeeded, Failed) are left out.
 
     ``namespace_labels``: each namespace's labels (they pick its tenants); a namespace missing there has only its
     kubernetes.io/metadata.name label. Linear in the objects: each is judged once (the engine remembers the
@@ -158,7 +159,7 @@ def audit(engine: Engine, objects: Iterable[Mapping[str, Any]],
 def _judge(engine: Engine, obj: Mapping[str, Any], namespace_labels: Mapping[str, Mapping[str, str]],
            tenants_of: dict[str, tuple[str, ...]]) -> _Judged | None:
     """The engine's verdict on one object, or None when it asks for no GPU (nothing to report)."""
-    if not isinstance(obj, Mapping) or obj.get("kind") == "Namespace":
+    if not isinstance(obj, Mapping) or obj.get("kind") == "Namespace" or _finished(obj):
         return None
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, Mapping) else {}
@@ -175,6 +176,13 @@ def _judge(engine: Engine, obj: Mapping[str, Any], namespace_labels: Mapping[str
     spec = obj.get("spec")
     idle = kind == "ReplicaSet" and isinstance(spec, Mapping) and spec.get("replicas") == 0 and owner is not None
     return _Judged(ref, tenants, decision, *(owner or (None, "", "")), idle=idle)
+
+
+def _finished(obj: Mapping[str, Any]) -> bool:
+    """A Pod that has run to its end (Succeeded or Failed): it holds no GPU and never starts again, so it is no
+    running workload (its Job, if any, is judged)."""
+    status = obj.get("status")
+    return obj.get("kind") == "Pod" and isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed")
 
 
 def _controller(refs: Any) -> tuple[str, str, str] | None:

@@ -137,3 +137,12 @@ def test_objects_without_a_gpu_request_have_no_result() -> None:
     audit = run(text, dump("h20-mig"))
     assert [r.key for r in audit.results] == [("inference", "Deployment", "qwen-7b")]
     assert audit.results[0].outcome == "pass"
+
+
+def test_a_finished_pod_is_no_running_workload() -> None:
+    objects = dump()
+    forged = next(o for o in objects if o["metadata"]["name"] == "mps-stowaway")
+    forged["status"] = {"phase": "Succeeded"}
+    after = run(head_text(), objects)
+    assert "mps-stowaway" not in {r.ref.name for r in after.results}
+    assert "mps-borrower" in {r.ref.name for r in after.results}
