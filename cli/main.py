@@ -29,7 +29,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "test": ("cli.commands.suite", "run table-driven admission test suites"),
     "schema": ("cli.commands.schema", "print or write the JSON Schemas of the spec and admission policy"),
     "webhook": ("cli.commands.webhook", "serve the admission webhook, or make development certificates"),
-    "cluster": ("cli.commands.cluster", "compare a live cluster with a spec, or draft a spec from it"),
+    "cluster": ("cli.commands.cluster", "compare a live cluster with a spec, draft a spec from it, or audit its "
+                                        "running workloads"),
+    "diff": ("cli.commands.diff", "show what a spec change does to capacity per class and tenant, nodes and workloads"),
 }
 
 

@@ -50,6 +50,34 @@ def read_manifests(paths: list[str], report: Report) -> Iterator[Document]:
             yield doc
 
 
+def read_recorded(paths: list[str]) -> list[Any] | None:
+    """The data of every YAML or JSON document of recorded objects (kubectl get -o yaml output), Lists not yet
+    unwrapped; None after printing to standard error what made a file unreadable (every file is read first)."""
+    import sys
+
+    from cli.inputs import read_text
+    from cli.reporters import Report, render_text
+    from policy.spec.diagnostics import Diagnostic
+    from policy.spec.source import parse_documents
+
+    documents: list[Any] = []
+    problems: list[Diagnostic] = []
+    for path in paths:
+        text = read_text(path)
+        if isinstance(text, Diagnostic):
+            problems.append(text)
+            continue
+        for doc in parse_documents(text, filename=path):
+            if doc.data is None:
+                problems.extend(d for d in doc.diagnostics if d.severity == "error")
+            else:
+                documents.append(doc.data)
+    if problems:
+        sys.stderr.write(render_text(Report(diagnostics=problems, files=len(paths))))
+        return None
+    return documents
+
+
 def expand(paths: list[str]) -> Iterator[str]:
     from pathlib import Path
 

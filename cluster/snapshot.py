@@ -143,6 +143,7 @@ class _Reader:
         from kubernetes.client import AppsV1Api, CoreV1Api
 
         self.client, self.context, self.server, self.timeout = client, context, server, timeout
+        self.rbac_fix = RBAC_FIX
         self.core, self.apps = CoreV1Api(client), AppsV1Api(client)
         self.server_time: datetime | None = None
 
@@ -180,6 +181,43 @@ class _Reader:
             configmaps=tuple(configmap_from(o) for ns in configmap_namespaces for o in self.list(
                 "list", "configmaps", self.core.list_namespaced_config_map, namespace=ns)),
         )
+
+    def get_path(self, *, path: str, limit: int, _continue: str | None = None, _request_timeout: float,
+                 **_: Any) -> Any:
+        """GET a list at a REST path (the typed client has no method for custom resources), answered as the typed
+        calls answer with _preload_content=False: the raw response."""
+        from kubernetes.client.exceptions import ApiException
+
+        query = [("limit", limit)] + ([("continue", _continue)] if _continue else [])
+        request = self.client.param_serialize("GET", path, query_params=query,
+                                              header_params={"Accept": "application/json"},
+                                              auth_settings=["BearerToken"])
+        answer = self.client.call_api(*request, _request_timeout=_request_timeout)
+        if not 200 <= answer.status <= 299:
+            answer.read()
+            raise ApiException.from_response(http_resp=answer, body=None, data=None)
+        return answer.response
+
+    def discover(self, groups: set[str]) -> dict[tuple[str, str], tuple[str, str]]:
+        """(group, kind) -> (list path over all namespaces, apiVersion) for the kinds the server serves in the
+        core group and ``groups``, at each group's preferred version (GET /apis, then /apis/<group>/<version>)."""
+        versions = {"": "v1"}
+        wanted = groups - {""}
+        if wanted:
+            for group in self.request("get", "API groups", self.get_path, path="/apis").get("groups") or ():
+                preferred = (group.get("preferredVersion") or {}).get("version") if isinstance(group, dict) else None
+                if group.get("name") in wanted and isinstance(preferred, str):
+                    versions[group["name"]] = preferred
+        out: dict[tuple[str, str], tuple[str, str]] = {}
+        for group, version in sorted(versions.items()):
+            base = f"/apis/{group}/{version}" if group else "/api/v1"
+            listing = self.request("get", f"the resources of {base}", self.get_path, path=base)
+            for resource in listing.get("resources") or ():
+                name, kind = resource.get("name"), resource.get("kind")
+                if not isinstance(name, str) or "/" in name or "list" not in (resource.get("verbs") or ()):
+                    continue  # subresources (pods/status) and unlistable resources
+                out.setdefault((group, kind), (f"{base}/{name}", f"{group}/{version}" if group else version))
+        return out
 
     def pods_of(self, ds: DaemonSet) -> tuple[Pod, ...]:
         if not ds.selector:
@@ -231,7 +269,8 @@ class _Reader:
     def refused(self, err: Any, verb: str, where: str) -> ClusterAccessError:
         status, reason = int(err.status or 0), _status_message(err)
         if status == 403:
-            return ClusterAccessError(f"the API server refused to {verb} {where} (403 Forbidden: {reason})", RBAC_FIX)
+            return ClusterAccessError(f"the API server refused to {verb} {where} (403 Forbidden: {reason})",
+                                      self.rbac_fix)
         if status == 401:
             return ClusterAccessError(f"the API server at {self.server} rejected the credentials of context "
                                       f"{self.context} (401 Unauthorized)",
@@ -269,3 +308,38 @@ def _status_message(err: Any) -> str:
         status = None
     message = status.get("message") if isinstance(status, dict) else None
     return str(message or err.reason or "no reason given")
+
+
+# --- every object of some kinds (cluster audit) -----------------------------------------------------------------
+
+
+def read_objects(access: Access, kinds: tuple[tuple[str, str], ...]) -> tuple[list[Json], tuple[str, ...]]:
+    """Every object of the given (API group, kind) pairs in all namespaces, and every Namespace (their labels pick
+    the tenants), as raw JSON with apiVersion and kind set; and the kinds the server does not serve (a CRD not
+    installed), as ``group/Kind``. Each kind is found through API discovery (its preferred version and plural), so
+    nothing here names a version. Raises ClusterAccessError as ``read_snapshot`` does."""
+    reader = _Reader(*_connect(access), timeout=access.timeout_seconds)
+    with reader:
+        served = reader.discover({group for group, _ in kinds})
+        resources = sorted({_resource_name(path) for key, (path, _) in served.items()
+                            if key in kinds or key == ("", "Namespace")})
+        reader.rbac_fix = ("grant list on what the audit reads, e.g. kubectl create clusterrole gpupolicy-auditor "
+                           f"--verb=list --resource={','.join(resources)} && kubectl create clusterrolebinding "
+                           "gpupolicy-auditor --clusterrole=gpupolicy-auditor --user=<you>")
+        found: list[Json] = []
+        missing: list[str] = []
+        for group, kind in (("", "Namespace"), *kinds):
+            where = served.get((group, kind))
+            if where is None:
+                missing.append(f"{group or 'core'}/{kind}")
+                continue
+            path, api_version = where
+            for obj in reader.list("list", path.rpartition("/")[2], reader.get_path, path=path):
+                found.append({**obj, "apiVersion": api_version, "kind": kind})  # list items carry neither
+        return found, tuple(missing)
+
+
+def _resource_name(path: str) -> str:
+    """``/apis/apps/v1/deployments`` -> ``deployments.apps``; ``/api/v1/pods`` -> ``pods`` (kubectl's spelling)."""
+    parts = path.strip("/").split("/")
+    return parts[-1] if parts[0] == "api" else f"{parts[-1]}.{parts[1]}"

@@ -1,4 +1,5 @@
-"""gpupolicy cluster: compare a live cluster with a spec (verify), or draft a spec from one (discover)."""
+"""gpupolicy cluster: compare a live cluster with a spec (verify), draft a spec from one (discover), or judge its
+running workloads by a spec (audit)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     discover.add_argument("-o", "--out", metavar="FILE",
                           help="write the draft to FILE instead of standard output (-: standard output)")
     _access_arguments(discover)
+    audit = actions.add_parser(
+        "audit", help="judge every running GPU workload by a spec's admission rules (read-only)",
+        description="Read the Pods, pod controllers and Namespaces of the cluster (or of files with --from-file: "
+                    "kubectl get -A -o yaml output) and judge each as the admission webhook would at its creation. "
+                    "One result per owning workload: an object folds into its controller owner only when the "
+                    "ownerReference resolves (uid, kind and name) to an object read with the same verdict. Exit 1 "
+                    "when a workload breaks an enforced rule.")
+    audit.add_argument("-p", "--policy", required=True, metavar="SPEC", help="the cluster spec to judge by")
+    from cli.audit_output import OUTPUTS
+
+    audit.add_argument("--output", "-O", choices=OUTPUTS, default="text",
+                       help="text, json, github annotations, or report objects: wgpolicyk8s.io/v1alpha2 PolicyReport "
+                            "per namespace and a ClusterPolicyReport (policy-report), openreports.io/v1alpha1 Report "
+                            "and ClusterReport (openreports) (default: text)")
+    audit.add_argument("--fail-only", action="store_true",
+                       help="leave passing (and unchecked) workloads out of the results; summaries still count them")
+    audit.add_argument("--max-results", type=int, default=None, metavar="N",
+                       help="keep at most N results (per report for report objects), counting the rest "
+                            "(default: 500 per report, all otherwise)")
+    _access_arguments(audit)
     reconcile = actions.add_parser(
         "reconcile-labels", help="keep the label plan's node labels on every node of its classes (in-cluster)",
         description="Apply the node labels of a compiled label plan (node-labels/ in the tree) to every node a class "
@@ -75,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     from cluster import ClusterError
 
     if args.action is None:
-        print("gpupolicy cluster: choose an action: verify, discover or reconcile-labels (see gpupolicy cluster "
-              "--help)", file=sys.stderr)
+        print("gpupolicy cluster: choose an action: verify, discover, audit or reconcile-labels (see gpupolicy "
+              "cluster --help)", file=sys.stderr)
         return ExitCode.BAD_INPUT
     if args.from_files and (args.kubeconfig or args.context):
         print(f"gpupolicy cluster {args.action}: error: --from-file reads recorded objects, not a cluster: drop "
@@ -85,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.action == "reconcile-labels":
             return _reconcile(args)
+        if args.action == "audit":
+            return _audit(args)
         return _verify(args) if args.action == "verify" else _discover(args)
     except ClusterError as err:
         print(f"gpupolicy cluster {args.action}: error: {err.message}\n  hint: {err.hint}", file=sys.stderr)
@@ -118,25 +141,11 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _recorded(args: argparse.Namespace) -> Snapshot | None:
     """The snapshot recorded in --from-file files, or None after printing what made them unreadable."""
-    from cli.inputs import read_text
-    from cli.reporters import Report, render_text
+    from cli.manifests import read_recorded
     from cluster.records import snapshot_from
-    from policy.spec.diagnostics import Diagnostic
-    from policy.spec.source import parse_documents
 
-    documents, problems = [], []
-    for path in args.from_files:
-        text = read_text(path)
-        if isinstance(text, Diagnostic):
-            problems.append(text)
-            continue
-        for doc in parse_documents(text, filename=path):
-            if doc.data is None:
-                problems.extend(d for d in doc.diagnostics if d.severity == "error")
-            else:
-                documents.append(doc.data)
-    if problems:
-        sys.stderr.write(render_text(Report(diagnostics=problems, files=len(args.from_files))))
+    documents = read_recorded(args.from_files)
+    if documents is None:
         return None
     seen, skipped = snapshot_from(documents, source=", ".join(args.from_files))
     if skipped:
@@ -144,6 +153,51 @@ def _recorded(args: argparse.Namespace) -> Snapshot | None:
         print(f"gpupolicy cluster {args.action}: note: not read ({kinds}): only Nodes, DaemonSets, Pods, Events, "
               "ReplicaSets, Deployments and ConfigMaps matter here", file=sys.stderr)
     return seen
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from cli.audit_output import render
+    from cli.inputs import load_spec
+    from cli.main import ExitCode
+    from cli.reporters import Report, render_text
+    from policy.admission.engine import Engine
+    from policy.audit import reports, scan
+    from policy.resolved.offers import build_admission_policy
+
+    if args.max_results is not None and args.max_results < 0:
+        print("gpupolicy cluster audit: error: --max-results must be 0 or more", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    report = Report()
+    resolved, found = load_spec(args.policy)
+    if resolved is None:
+        report.files += 1
+        report.extend(found)
+        sys.stderr.write(render_text(report))
+        return ExitCode.BAD_INPUT
+    if args.from_files:
+        from cli.recorded import read_objects
+
+        objects = read_objects(args.from_files)
+    else:
+        from cluster import snapshot
+
+        objects, missing = snapshot.read_objects(_access(args), scan.watched_kinds())
+        if missing:
+            print(f"gpupolicy cluster audit: note: not served here, so not read: {', '.join(missing)}",
+                  file=sys.stderr)
+    if objects is None:
+        return ExitCode.BAD_INPUT
+    policy = build_admission_policy(resolved)
+    result = scan.audit(Engine(policy, memo_size=scan.MEMO_SIZE), objects, scan.namespace_labels(objects))
+    default_cap = reports.DEFAULT_MAX_RESULTS if args.output in ("policy-report", "openreports") else len(objects)
+    options = reports.Options(fail_only=args.fail_only,
+                              max_results=default_cap if args.max_results is None else args.max_results)
+    sys.stdout.write(render(args.output, result, policy, options))
+    counts = result.counts()
+    print(f"gpupolicy cluster audit: {result.objects} object(s) read, {len(result.results)} GPU workload(s): "
+          f"{counts['fail']} failing, {counts['warn']} with warnings, {counts['pass']} passing, "
+          f"{counts['skip']} not checked", file=sys.stderr)
+    return ExitCode.FINDINGS if result.failed else ExitCode.OK
 
 
 def _load(path: str) -> ClusterGPUPolicy | None:

@@ -117,7 +117,7 @@ def _run_github(root: Path, tmp_path: Path) -> dict[str, subprocess.CompletedPro
 def test_the_github_workflow_runs_every_check_and_installs_gpupolicy_first() -> None:
     names = [name for name, _ in _github_steps()]
     assert names == ["Validate cluster specs", "Compiled trees are up to date", "Admission test suites",
-                     "Admit application manifests"]
+                     "Admit application manifests", "Impact of the change"]
     assert "--output github" in dict(_github_steps())["Admit application manifests"]
 
 
@@ -147,6 +147,42 @@ def test_github_steps_fail_with_inline_annotations_on_a_broken_spec_a_stale_tree
     assert admit.returncode == 1
     assert re.search(r"^::error file=apps/mixed-fleet/bad\.yaml,line=\d+,col=\d+,title=gpu-request-unsatisfiable::",
                      admit.stdout, re.M), admit.stdout
+
+
+def _impact_step(ci: Path) -> tuple[str, dict[str, Any]]:
+    if ci == GITHUB:
+        workflow = yaml.safe_load(ci.read_text(encoding="utf-8"))
+        step = next(s for s in workflow["jobs"]["gpupolicy"]["steps"] if s.get("name") == "Impact of the change")
+        return step["run"], workflow["env"]
+    config = yaml.safe_load(ci.read_text(encoding="utf-8"))
+    return "\n".join(config["gpupolicy-impact"]["script"]), config["variables"]
+
+
+@pytest.mark.parametrize("ci", [GITHUB, GITLAB], ids=["github", "gitlab"])
+def test_the_impact_step_writes_the_diff_of_each_changed_cluster_against_the_base_branch(
+        ci: Path, gitops_repo: Path, tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    for command in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "base"]):
+        assert _run(["git", *command], gitops_repo, env).returncode == 0
+    spec = gitops_repo / "clusters" / "tke-prod" / "cluster.yaml"
+    spec.write_text(spec.read_text().replace("memoryPerReplica: 4621Mi", "memoryPerReplica: 9242Mi"))
+    (gitops_repo / "clusters" / "new-cluster").mkdir()  # a spec the base branch does not have is skipped
+    shutil.copy(spec, gitops_repo / "clusters" / "new-cluster" / "cluster.yaml")
+    script, variables = _impact_step(ci)
+    summary = tmp_path / "summary.md"
+    names = {"BASE_REF": "main", "GITHUB_STEP_SUMMARY": str(summary)} if ci == GITHUB else \
+        {"CI_MERGE_REQUEST_TARGET_BRANCH_NAME": "main"}
+    if ci == GITLAB:  # the job fetched the target branch as origin/<branch> in before_script
+        assert _run(["git", "update-ref", "refs/remotes/origin/main", "main"], gitops_repo, env).returncode == 0
+    done = _run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", script], gitops_repo,
+                {**env, **{k: str(v) for k, v in variables.items()}, **names})
+    assert done.returncode == 0, done.stdout + done.stderr
+    impact = (gitops_repo / "impact.md").read_text()
+    assert impact.count("## gpupolicy diff:") == 4 and "new-cluster" not in impact
+    assert "| `l20` | changed | 1 × 1 | time-slicing | 8 × `nvidia.com/gpu`" in impact
+    assert impact.count("No change: BASE and HEAD compile to the same tree") == 3
+    if ci == GITHUB:
+        assert summary.read_text() == impact
 
 
 # ------------------------------------------------------------------------------------------------ GitLab
