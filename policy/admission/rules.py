@@ -669,6 +669,29 @@ RULES: tuple[Rule, ...] = (
 )
 
 
+#: Edit kinds (policy.admission.fixes) by what they change: where the pod runs, and what it asks for.
+PLACEMENT_EDITS = frozenset({"set-node-selector", "remove-placement", "add-toleration"})
+REQUEST_EDITS = frozenset({"set-resource", "rename-resource", "remove-resource"})
+#: Each rule's subject, as the edit kinds that answer its findings: a finding's fix (one per object, shared by its
+#: findings) holds at least one of them, so the hint speaks of what the rule's message does. A MIG naming mismatch
+#: is answered by the other strategy's name or by nodes that advertise the name, never by a toleration alone; a
+#: tenant's rule by where the pod runs or what it asks for, never by another namespace. Every rule has a row
+#: (tests/policy/test_fix_subjects.py walks them).
+SUBJECTS: Mapping[RuleId, frozenset[str]] = {
+    "gpu-request-invalid": REQUEST_EDITS,
+    "mig-strategy-mismatch": frozenset({"rename-resource", "set-node-selector", "remove-placement"}),
+    "gpu-request-unsatisfiable": REQUEST_EDITS | PLACEMENT_EDITS,
+    "shared-gpu-request-above-one": REQUEST_EDITS | PLACEMENT_EDITS,
+    "tenant-sharing-mode-denied": REQUEST_EDITS | PLACEMENT_EDITS,
+    "hami-scheduler-bypassed": frozenset({"set-field", "remove-field", "set-node-selector"}),
+    "vgpu-memory-unsatisfiable": frozenset({"set-resource", "remove-resource"}) | PLACEMENT_EDITS,
+    "vgpu-count-above-gpus": frozenset({"set-resource"}) | PLACEMENT_EDITS,
+    "hami-resource-out-of-range": frozenset({"set-resource", "remove-resource"}),
+    "hami-privileged-container": frozenset({"remove-field"}),
+    "hami-annotation-invalid": frozenset({"set-field", "remove-field"}),
+}
+
+
 # --- wording ----------------------------------------------------------------------------------------------------
 
 
