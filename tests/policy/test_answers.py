@@ -44,7 +44,8 @@ def hints(decision: Decision) -> list[str]:
 def test_eight_gpus_outside_every_tenant_are_told_one_shared_gpu_and_never_another_tenant() -> None:
     decision = evaluate("mixed-fleet", pod(gpus(8), tolerations=[{"operator": "Exists"}]))
     assert [d.code for d in decision.diagnostics] == ["shared-gpu-request-above-one", "tenant-sharing-mode-denied"]
-    # No class outside every tenant's reach holds 8 unshared GPUs, and a fix never moves the pod to another tenant.
+    # No class that namespaces outside every tenant may use holds 8 GPUs in one container, and a fix never moves
+    # the pod to another tenant's namespaces: one shared GPU, on the class the pod then lands on, is the fix.
     assert set(hints(decision)) == {'request nvidia.com/gpu: 1 in container "app" and pin the pod to class t4-dev '
                                     "with nodeSelector {node-pool: t4-dev}"}
     assert not any("a100-mps" in h or "add a node class" in h for h in hints(decision))
