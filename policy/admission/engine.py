@@ -450,17 +450,8 @@ def _compile_tenant(doc: TenantDoc, index: int) -> _Tenant:
     reqs = selectors.requirements_from(doc.match_labels,
                                        [(e.key, e.operator, e.values) for e in doc.match_expressions])
     access = Access(f"tenant {doc.name}", frozenset(doc.allow), frozenset(doc.classes) if doc.classes else None,
-                    selector=", ".join(_describe_requirement(r) for r in reqs),
                     allow_path=f"spec.tenants[{index}].allow", classes_path=f"spec.tenants[{index}].classes")
     return _Tenant(doc.name, reqs, access)
-
-
-def _describe_requirement(req: selectors.Requirement) -> str:
-    if req.operator == "In" and len(req.values) == 1:
-        return f"{req.key}={next(iter(req.values))}"
-    if req.operator in ("Exists", "DoesNotExist"):
-        return f"{req.key} {req.operator}"
-    return f"{req.key} {req.operator} ({', '.join(sorted(req.values))})"
 
 
 def _intersect(accesses: Sequence[Access], names: Sequence[str]) -> Access:

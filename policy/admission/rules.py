@@ -135,8 +135,6 @@ class Access:
     """None: every class."""
     unknown: tuple[str, ...] = ()
     """Tenant names the policy does not know (the webhook's configuration and policy disagree)."""
-    selector: str = ""
-    """The tenant's namespaceSelector, for hints: ``gpu-tier=inference``."""
     allow_path: str = ""
     """Where the spec lists the modes allowed: ``spec.tenants[1].allow``, ``spec.admission.defaultAllow``."""
     classes_path: str = ""
