@@ -12,7 +12,6 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from policy.admission import budget, remedies
-from policy.admission.fixes import MoveNamespace
 from policy.admission.rules import (
     RULES,
     Access,
@@ -133,14 +132,15 @@ class Engine:
         self.policy = policy
         self._classes = tuple(ClassView.from_doc(c) for c in policy.classes)
         self._no_conflicts: tuple[Conflict | None, ...] = (None,) * len(self._classes)
-        self._tenants = {t.name: _compile_tenant(t) for t in policy.tenants}
+        self._tenants = {t.name: _compile_tenant(t, i) for i, t in enumerate(policy.tenants)}
         self._tenant_access = tuple(t.access for t in self._tenants.values())
-        self._default = Access(DEFAULT_WHO, frozenset(policy.default_allow), None)
+        self._default = Access(DEFAULT_WHO, frozenset(policy.default_allow), None,
+                               allow_path="spec.admission.defaultAllow")
         self._severity = {rule.id: "error" if rule.id in ALWAYS_ENFORCED else
                           SEVERITY[policy.rules.get(rule.id, rule.default_mode)] for rule in RULES}
         self._tainted = frozenset(i for i, view in enumerate(self._classes) if view.taints)
         self._untolerated: dict[tuple[Any, ...], tuple[tuple[int, NodeTaint], ...]] = {}
-        self._context = remedies.Context(self._moves())
+        self._context = remedies.Context(policy.cluster)
         # Work done once per policy rather than per review (docs/performance.md): which classes know a
         # label key, and which may carry each key=value, so a nodeSelector's conflicts are set operations
         # instead of a walk over every class; and, per distinct request, the classes that could fit it.
@@ -364,18 +364,6 @@ class Engine:
                 self._untolerated[key] = found
         return found
 
-    def _moves(self) -> tuple[tuple[MoveNamespace, Access], ...]:
-        """A namespace move per tenant whose selector some labels meet without meeting another tenant's, and one
-        to the default rules when a namespace without labels belongs to no tenant."""
-        out = []
-        for name, tenant in self._tenants.items():
-            labels = remedies.example_labels([(r.key, r.operator, tuple(r.values)) for r in tenant.selector])
-            if self.tenants_for(dict(labels)) == (name,):
-                out.append((MoveNamespace(name, labels, tenant.access.selector), tenant.access))
-        if self._tenants and self.tenants_for({}) == ():
-            out.append((MoveNamespace(None, ()), self._default))
-        return tuple(out)
-
     def _lacking(self, key: str) -> frozenset[int]:
         """Indices of the classes whose nodes surely carry no label ``key`` (memoised per key)."""
         found = self._lacks.get(key)
@@ -457,20 +445,13 @@ def _tenant_names(tenants: Any) -> tuple[str, ...]:
     return tuple(dict.fromkeys(t for t in tenants if isinstance(t, str)))
 
 
-def _compile_tenant(doc: TenantDoc) -> _Tenant:
+def _compile_tenant(doc: TenantDoc, index: int) -> _Tenant:
+    """``index``: the tenant's place in the spec's tenants (the admission policy keeps their order), for hints."""
     reqs = selectors.requirements_from(doc.match_labels,
                                        [(e.key, e.operator, e.values) for e in doc.match_expressions])
     access = Access(f"tenant {doc.name}", frozenset(doc.allow), frozenset(doc.classes) if doc.classes else None,
-                    selector=", ".join(_describe_requirement(r) for r in reqs))
+                    allow_path=f"spec.tenants[{index}].allow", classes_path=f"spec.tenants[{index}].classes")
     return _Tenant(doc.name, reqs, access)
-
-
-def _describe_requirement(req: selectors.Requirement) -> str:
-    if req.operator == "In" and len(req.values) == 1:
-        return f"{req.key}={next(iter(req.values))}"
-    if req.operator in ("Exists", "DoesNotExist"):
-        return f"{req.key} {req.operator}"
-    return f"{req.key} {req.operator} ({', '.join(sorted(req.values))})"
 
 
 def _intersect(accesses: Sequence[Access], names: Sequence[str]) -> Access:
@@ -480,7 +461,8 @@ def _intersect(accesses: Sequence[Access], names: Sequence[str]) -> Access:
     limited = [a.classes for a in accesses if a.classes is not None]
     classes = frozenset.intersection(*limited) if limited else None
     who = f"tenants {', '.join(names[:-1])} and {names[-1]} together"
-    return Access(who, modes, classes)
+    return Access(who, modes, classes, allow_path=" and ".join(a.allow_path for a in accesses),
+                  classes_path=" and ".join(a.classes_path for a in accesses if a.classes is not None))
 
 
 # --- the test-suite document (`gpupolicy test`) -------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Fixes: the typed edits a hint stands for, applied to the admitted object (or its namespace) mechanically.
+"""Fixes: the typed edits a hint stands for, applied to the admitted object mechanically.
 
 A finding's hint is rendered from its Fix, so the text and the edit cannot disagree; the engine keeps a Fix
 only after applying it to the object and re-running every rule on the result (policy/admission/remedies.py). Each edit
@@ -243,6 +243,9 @@ class RenameResource:
     count: int
     fields: tuple[str, ...] = ("limits",)
     """Where the new resource is written: ``limits``, plus ``requests`` where the old one was requested too."""
+    respells: bool = False
+    """The rename answers mig-strategy-mismatch: the same count of the devices the selected nodes advertise, under
+    the other MIG strategy's name (the pod keeps its placement and its amount)."""
     kind: ClassVar[str] = "rename-resource"
 
     def apply(self, doc: Doc) -> list[PatchOp]:
@@ -278,33 +281,8 @@ class RemoveResource:
         return {"kind": self.kind, "path": _rooted(root, self.container_path), "resource": self.resource}
 
 
-# --- the namespace ---------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MoveNamespace:
-    """Run the object in a namespace with other labels: one a given tenant selects, or one no tenant selects."""
-
-    tenant: str | None
-    labels: tuple[tuple[str, str], ...]
-    """Labels such a namespace carries (one example that the tenant's selector, and no other, matches)."""
-    selector: str = ""
-    kind: ClassVar[str] = "move-namespace"
-
-    def apply(self, doc: Doc) -> list[PatchOp]:
-        return []  # the object is unchanged: the verdict changes with the namespace's tenants
-
-    def describe(self) -> str:
-        if self.tenant is None:
-            return "run it in a namespace no tenant selects"
-        return f"run it in a namespace of tenant {self.tenant} ({self.selector})"
-
-    def to_dict(self, root: Path = ()) -> dict[str, Any]:
-        return {"kind": self.kind, "tenant": self.tenant, "namespaceLabels": dict(self.labels)}
-
-
 Edit = (SetNodeSelector | RemovePlacement | AddToleration | SetField | RemoveField | SetAmount | RenameResource
-        | RemoveResource | MoveNamespace)
+        | RemoveResource)
 Step = Edit | Pin
 
 
@@ -328,19 +306,21 @@ class Fix:
         return tuple(e for s in self.steps for e in (s.edits if isinstance(s, Pin) else (s,)))
 
     @functools.cached_property
-    def namespace(self) -> MoveNamespace | None:
-        return next((e for e in self.edits if isinstance(e, MoveNamespace)), None)
-
-    @functools.cached_property
-    def cost(self) -> tuple[int, int, int, int]:
-        """How much the fix changes, to prefer the least: whether it drops or overrides what the object states
-        (its placement, its scheduler, ...: its intent), changes the GPU request, moves the namespace; then its
-        number of steps."""
+    def cost(self) -> tuple[int, int, int, int, int]:
+        """How much the fix changes, to prefer the least: whether it drops what the object states (a nodeSelector
+        entry or affinity it wrote, its scheduler, a field), whether it changes the amount asked for (a count, a
+        resource removed, another resource), whether it replaces a nodeSelector value the object set, whether it
+        respells the request for the other MIG strategy (RenameResource.respells); then its number of steps. So a
+        placement change comes first, a replaced
+        selector value included: the pod keeps what it asked for and goes where that is offered. No fix moves the
+        object to another namespace: the namespace picks the tenant, and a fix stays inside it."""
         edits = self.edits
-        overrides = any(isinstance(e, SetField | RemoveField)
-                        or (isinstance(e, SetNodeSelector) and e.overrides) for e in edits)
-        changes_request = any(isinstance(e, SetAmount | RenameResource | RemoveResource) for e in edits)
-        return int(overrides), int(changes_request), int(self.namespace is not None), len(self.steps)
+        drops = any(isinstance(e, SetField | RemoveField) for e in edits)
+        replaces = any(isinstance(e, SetNodeSelector) and e.overrides for e in edits)
+        respells = any(isinstance(e, RenameResource) and e.respells for e in edits)
+        amount = any(isinstance(e, SetAmount | RemoveResource) or (isinstance(e, RenameResource) and not e.respells)
+                     for e in edits)
+        return int(drops), int(amount), int(replaces), int(respells), len(self.steps)
 
     def then(self, other: Fix) -> Fix:
         """This fix's steps, then the other's (notes joined; alternatives, checked for one fix alone, dropped)."""
@@ -374,13 +354,11 @@ class Fix:
         return replace(self, root=(*prefix, *self.root), alternatives=tuple(a.under(prefix) for a in self.alternatives))
 
     def to_dict(self) -> dict[str, Any]:
-        """The fix as data: the typed edits, the JSON Patch, and the namespace to move to, if any."""
+        """The fix as data: the typed edits and the JSON Patch."""
         out: dict[str, Any] = {
-            "edits": [e.to_dict(self.root) for e in self.edits if not isinstance(e, MoveNamespace)],
+            "edits": [e.to_dict(self.root) for e in self.edits],
             "jsonPatch": [{**op, "path": pointer((*self.root, *op["path"]))} for op in self.patch],
         }
-        if self.namespace is not None:
-            out["namespace"] = self.namespace.to_dict()
         if self.alternatives:
             out["alternatives"] = [a.to_dict() for a in self.alternatives]
         return out

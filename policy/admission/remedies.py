@@ -4,15 +4,17 @@ First the edits the rules proposed with their findings (a rule that knows the on
 scheduler name or a privileged flag, proposes its correction; each alone, then all together). Then two kinds
 of candidates, cheapest change first (see _cost). Targeted ones, for the first finding:
 a repair of the value at fault (a quantity the API server refuses, a node label misspelt), pinning the pod to
-a class (with the tolerations that class's taints need), running it in another tenant's namespaces, or
-changing its GPU request (fewer devices, another resource, one resource less). Then one rebuilt candidate
-per class: every refused amount repaired, the request adapted to what the class offers (its resource
-names, one replica per container where it shares, no more than one node holds), the pod pinned to it, and
-moved to a namespace whose tenant may use it where its own may not. Each candidate is applied to the object
-and the result evaluated; the cheapest after which no rule finds anything is the fix of every finding. Where
-none is, the hint says that no change within the policy admits the object. A candidate after which findings
-remain that carry proposals is tried once more with them; where nothing admits, the rules' proposals are made
-and the search runs once more on the result. Only objects with findings pay.
+a class of its own tenant (with the tolerations that class's taints need, replacing a selector value it set
+where need be), or changing its GPU request (another resource, one resource less, fewer devices where no class
+of its tenant holds the amount asked). Then one rebuilt candidate per class its tenant may use: every refused
+amount repaired, the request adapted to what the class offers (its resource names, one replica per container
+where it shares, no more than one node holds), the pod pinned to it. Each candidate is applied to the object
+and the result evaluated; the cheapest after which no rule finds anything is the fix of every finding. No
+candidate moves the object to another namespace: the namespace picks the tenant, and a tenant's rule is the
+platform team's to change, so where only the tenant's rule is left the hint says what to ask them to allow,
+naming the spec field. Where nothing admits the object, the hint says that no change within the policy does.
+A candidate after which findings remain that carry proposals is tried once more with them; where nothing admits,
+the rules' proposals are made and the search runs once more on the result. Only objects with findings pay.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from typing import Any
 from policy.admission.fixes import (
     AddToleration,
     Fix,
-    MoveNamespace,
     PatchOp,
     Pin,
     RemovePlacement,
@@ -35,7 +36,7 @@ from policy.admission.fixes import (
     SetAmount,
     SetNodeSelector,
 )
-from policy.admission.rules import Access, ClassView, Facts, excludes, join
+from policy.admission.rules import ClassView, Facts, excludes, join, tenant_ask
 from policy.admission.workloads import Amount, ContainerRequest, GpuRequest, Workload, effective_totals
 from policy.hardware import catalog
 from policy.kube.quantity import parse_count, parse_quantity
@@ -48,7 +49,9 @@ _REBUILT = 24  # rebuilt candidates considered, cheapest first
 _PINS = 8  # classes offered as pins per finding
 _FIT_STEPS = 16  # passes lowering a rebuilt request's largest amounts (each reads every container once)
 # The cheapest cost a phase's candidates can have (see Fix.cost).
-_PLACEMENT, _MOVE, _REQUEST = (0, 0, 0, 1), (0, 0, 1, 1), (0, 1, 0, 1)
+_PLACEMENT, _REQUEST = (0, 0, 0, 0, 1), (0, 0, 0, 1, 1)  # a request edit costs at least a respelling
+_TENANT_RULE, _MISMATCH = "tenant-sharing-mode-denied", "mig-strategy-mismatch"
+Cost = tuple[int, int, int, int, int]
 
 
 @dataclass(frozen=True)
@@ -71,29 +74,34 @@ Assess = Callable[[Mapping[str, Any], tuple[str, ...], GpuRequest | None], Asses
 
 @dataclass(frozen=True)
 class Context:
-    """What proposals need beyond one evaluation: where the pod could be moved to, per tenant."""
+    """What hints need beyond one evaluation."""
 
-    moves: tuple[tuple[MoveNamespace, Access], ...]
-    """A namespace move per tenant the policy routes unambiguously (and one to no tenant), with its access."""
+    cluster: str
+    """The policy's name (metadata.name of the ClusterGPUPolicy), so a hint can say which spec to change."""
 
 
 def remedy(start: Assessment, context: Context, assess: Assess) -> tuple[Diagnostic, ...]:
     """The findings of ``start``, each with the object's fix (or the plain word that none exists) as its hint."""
-    fix = _Search(start, context, assess).best()
+    search = _Search(start, context, assess)
+    fix = search.best()
     if fix is None:
-        return tuple(replace(f, hint=_no_change(start), fix=None) for f in start.findings)
+        hint = _no_change(start, context, search.blocked)
+        return tuple(replace(f, hint=hint, fix=None) for f in start.findings)
     hint = fix.describe()  # once: a pod may have a finding per container, all with this one fix
     return tuple(replace(f, hint=hint, fix=fix) for f in start.findings)
 
 
 class _Search:
-    """Candidate fixes tried on the object, cheapest change first: adding placement beats moving the namespace,
-    which beats changing the GPU request, which beats dropping or overriding the placement the object states
-    (its intent); then fewer steps; then the order in which they were proposed."""
+    """Candidate fixes tried on the object, cheapest change first (Fix.cost): adding placement beats replacing a
+    nodeSelector value the object set, which beats changing the GPU request, which beats dropping placement or
+    fields the object states; then fewer steps; then the order in which they were proposed. A candidate that
+    lowers an amount a class of the tenant holds is never kept."""
 
     def __init__(self, start: Assessment, context: Context, assess: Assess) -> None:
         self.start, self.context, self.assess = start, context, assess
         self.seen: dict[tuple[Any, ...], tuple[Assessment | None, tuple[PatchOp, ...]]] = {}
+        self.blocked: tuple[Fix, Assessment] | None = None
+        """The cheapest candidate after which only the tenant's rule finds something, and what it found."""
 
     def best(self, *, nested: bool = False) -> Fix | None:
         """The cheapest fix found; where none is, the edits the rules proposed themselves are made and the
@@ -106,26 +114,29 @@ class _Search:
         after = self.outcome(combined)
         if after is None or not after.findings:
             return None
-        rest = _Search(after, self.context, self.assess).best(nested=True)
+        nested_search = _Search(after, self.context, self.assess)
+        rest = nested_search.best(nested=True)
+        if rest is None and self.blocked is None and nested_search.blocked is not None:
+            partial, blocked = nested_search.blocked
+            self.blocked = combined.then(partial), blocked
         return None if rest is None else replace(combined, patch=self.seen[combined.edits][1]).then(rest)
 
     def _best(self, proposals: Sequence[Fix]) -> Fix | None:
         finding = next((f for f in self.start.findings if f.severity == "error"), self.start.findings[0])
-        state, context = self.start, self.context
+        state = self.start
         # Each phase's candidates cost at least its bound; a fix already as cheap makes the phase pointless.
         # A refused amount stays refused whatever the placement or namespace: only request changes clear it, and
         # every rebuilt candidate then repairs it (so changes the request too).
         refused = bool(state.facts.request.problems)
-        phases: tuple[tuple[tuple[int, int, int, int], Callable[[], Iterable[Fix]]], ...] = (
+        phases: tuple[tuple[Cost, Callable[[], Iterable[Fix]]], ...] = (
             # What the rules proposed (each, then all together), then repairs of the value at fault.
             (_PLACEMENT, lambda: (*proposals, _combined(proposals)) if len(proposals) > 1 else proposals),
             (_PLACEMENT, lambda: _repairs(state, finding)),
-            (_PLACEMENT, lambda: () if refused else _pins(context, state, finding)),
-            (_MOVE, lambda: () if refused else _moves(context, state)),
+            (_PLACEMENT, lambda: () if refused else _pins(state, finding)),
             (_REQUEST, lambda: _request_edits(state, finding)),
-            # A rebuilt candidate changing neither request, namespace nor stated placement is a pin, which the
+            # A rebuilt candidate changing neither the request nor the stated placement is a pin, which the
             # targeted ones include: only a costlier fix leaves a rebuilt one room to beat it.
-            (_REQUEST if refused else _MOVE, lambda: sorted(rebuild(context, state), key=_cost)[:_REBUILT]),
+            (_REQUEST, lambda: sorted(rebuild(state), key=_cost)[:_REBUILT]),
         )
         found: Fix | None = None
         for bound, candidates in phases:
@@ -139,11 +150,10 @@ class _Search:
                      if (after := self.outcome(a)) is not None and not after.findings)
         return replace(fix, patch=self.seen[fix.edits][1], alternatives=kept)
 
-    def _cheapest(self, candidates: Iterable[Fix], best: Fix | None,
-                  bound: tuple[int, int, int, int]) -> Fix | None:
+    def _cheapest(self, candidates: Iterable[Fix], best: Fix | None, bound: Cost) -> Fix | None:
         tried = 0
         for candidate in candidates:
-            if best is not None and _cost(candidate) >= _cost(best):
+            if (best is not None and _cost(candidate) >= _cost(best)) or lowers_held(self.start, candidate):
                 continue
             if candidate.edits in self.seen or tried < _TARGETED:
                 tried += 1
@@ -156,22 +166,47 @@ class _Search:
                     best = candidate
                     if _cost(best) <= bound:
                         return best
+                elif result is not None and all(f.code == _TENANT_RULE for f in result.findings):
+                    self._note_blocked(candidate, result)
         return best
+
+    def _note_blocked(self, candidate: Fix, result: Assessment) -> None:
+        if self.blocked is None or _cost(candidate) < _cost(self.blocked[0]):
+            self.blocked = replace(candidate, patch=self.seen[candidate.edits][1]), result
 
     def outcome(self, fix: Fix) -> Assessment | None:
         key = fix.edits
         if key not in self.seen:
             doc, ops = fix.apply(self.start.obj)
-            move = fix.namespace
-            tenants = self.start.tenants if move is None else ((move.tenant,) if move.tenant else ())
-            # A fix that leaves the GPU request alone (placement, namespace) is read against the same request.
+            # A fix that leaves the GPU request alone (placement) is read against the same request.
             same = not any(isinstance(e, SetAmount | RenameResource | RemoveResource) for e in key)
-            self.seen[key] = (self.assess(doc, tenants, self.start.request if same else None), ops)
+            self.seen[key] = (self.assess(doc, self.start.tenants, self.start.request if same else None), ops)
         return self.seen[key][0]
 
 
-def _cost(fix: Fix) -> tuple[int, int, int, int]:
+def _cost(fix: Fix) -> Cost:
     return fix.cost
+
+
+def lowers_held(state: Assessment, fix: Fix) -> bool:
+    """Whether the fix asks a container for fewer devices of a resource than it asked for, while a class of the
+    pod's tenant holds that many in one container: the fix would halve the job instead of placing it where it
+    fits (a pin, tried before any request change, does that). HAMi pods are left out: their count is vGPUs,
+    which HAMi spreads over distinct GPUs (policy.admission.vgpu), not the class's offer."""
+    facts = state.facts
+    if facts.hami is not None:
+        return False
+    asked = {(a.path[:-3], a.resource): a.count for c in facts.request.containers for a in c.amounts}
+    totals = dict(facts.request.totals)
+    for edit in fix.edits:
+        if not isinstance(edit, SetAmount | RenameResource):
+            continue
+        before = asked.get((edit.container_path, edit.resource))
+        total = totals.get(edit.resource, 0)
+        if before is not None and edit.count < before and any(
+                facts.access.holds(view, edit.resource, before, total) for view in facts.classes):
+            return True
+    return False
 
 
 def _proposals(state: Assessment) -> list[Fix]:
@@ -194,23 +229,32 @@ def _combined(proposals: Sequence[Fix]) -> Fix:
     return combined
 
 
-def _no_change(start: Assessment) -> str:
+def _no_change(start: Assessment, context: Context, blocked: tuple[Fix, Assessment] | None) -> str:
+    """The hint where no fix admits the object: what the platform team would have to allow for the tenant (and
+    the edit that leaves only that), or that the policy itself must change. Never another namespace: moving a
+    workload to another tenant's namespaces is the platform team's call, not a fix."""
     access = start.facts.access
     if access.unknown:
         return ("compile the policy and roll out its admission policy and webhook configuration together (the "
                 f"webhook routes this namespace to tenant {join(access.unknown, 'and')}, which its policy lacks)")
-    return ("no change to this object within the policy admits it (gpupolicy tried every class, every tenant's "
-            "namespaces and other GPU requests): ask the platform team to change the policy")
+    spec = f"ClusterGPUPolicy {context.cluster}" if context.cluster else ""
+    ask = tenant_ask(start.facts, spec) if any(f.code == _TENANT_RULE for f in start.findings) else ""
+    if ask:
+        return f"no change to this object within the policy admits it: ask the platform team to {ask}"
+    if blocked is not None and (ask := tenant_ask(blocked[1].facts, spec)):
+        return (f"no change to this object within the policy admits it: {blocked[0].describe()} "
+                f"would leave only the tenant's rule, so ask the platform team to {ask}")
+    return ("no change to this object within the policy admits it (gpupolicy tried every class of its tenant and "
+            "other GPU requests): ask the platform team to change the policy")
 
 
 # --- proposals ----------------------------------------------------------------------------------------------------
 
 
-def propose(context: Context, state: Assessment, finding: Diagnostic) -> list[Fix]:
+def propose(state: Assessment, finding: Diagnostic) -> list[Fix]:
     """Candidate fixes for one finding of ``state``, most preferred first, without duplicates."""
     found: dict[tuple[Any, ...], Fix] = {}
-    for fix in (*_repairs(state, finding), *_pins(context, state, finding), *_moves(context, state),
-                *_request_edits(state, finding)):
+    for fix in (*_repairs(state, finding), *_pins(state, finding), *_request_edits(state, finding)):
         found.setdefault(fix.edits, fix)
     return list(found.values())
 
@@ -277,17 +321,18 @@ def _requirement_at(state: Assessment, path: Path) -> NodeRequirement | None:
 # --- pins ---------------------------------------------------------------------------------------------------------
 
 
-def _pins(context: Context, state: Assessment, finding: Diagnostic) -> Iterator[Fix]:
+def _pins(state: Assessment, finding: Diagnostic) -> Iterator[Fix]:
+    """Each class of the pod's tenant that holds its request, as a pin (only its tolerations first, where its
+    taints alone keep the pod away); classes its tenant may not use are never offered."""
     facts = state.facts
     resources = facts.request.resources
-    allowed = [facts.access, *(access for _, access in context.moves)]
     count = 0
     for view in _preferred(state, finding):
         if count >= _PINS:
             return
         if facts.request.totals and not view.fits(facts.request.totals):
             continue
-        if not any(a.allows(view, resources) for a in allowed) or facts.candidates == (view,):
+        if not facts.access.allows(view, resources) or facts.candidates == (view,):
             continue
         edits = _pin_edits(state, view)
         conflict = facts.conflict_of(view)
@@ -362,9 +407,9 @@ class _Slot:
     """The API server refuses what is written (so it must be written anew, whatever the count)."""
 
 
-def rebuild(context: Context, state: Assessment) -> list[Fix]:
-    """Per class, the object adapted to it: refused amounts repaired, the request made of what the class offers,
-    unpinned and pinned to it, moved to the first tenant that may use it where the object's own may not."""
+def rebuild(state: Assessment) -> list[Fix]:
+    """Per class the pod's tenant may use, the object adapted to it: refused amounts repaired, the request made of
+    what the class offers, unpinned and pinned to it."""
     slots = _slots(state)
     out: list[Fix] = []
     for view in _likeliest(state, slots):
@@ -372,17 +417,13 @@ def rebuild(context: Context, state: Assessment) -> list[Fix]:
         if adapted is None:
             continue
         edits, resources = adapted
-        moved: tuple[MoveNamespace, ...] = ()
         if not state.facts.access.allows(view, resources):
-            move = next((m for m, access in context.moves if access.allows(view, resources)), None)
-            if move is None:
-                continue
-            moved = (move,)
-        if edits or moved:
-            out.append(Fix((*edits, *moved)))
+            continue
+        if edits:
+            out.append(Fix(tuple(edits)))
         pin = _pin_edits(state, view)
         if pin:
-            out.append(Fix((*edits, Pin(view.name, pin), *moved)))
+            out.append(Fix((*edits, Pin(view.name, pin))))
     return out
 
 
@@ -444,6 +485,7 @@ def _adapt(state: Assessment, slots: Sequence[_Slot], view: ClassView) -> tuple[
     kept = [s for s in slots if final.get((s.container_path, s.resource))]
     if not kept or not _fit(view, kept, final):
         return None
+    mismatched = {f.path for f in state.findings if f.code == _MISMATCH}
     edits: list[Any] = []
     for slot in slots:
         target = final.get((slot.container_path, slot.resource), (slot.resource, slot.count))
@@ -451,7 +493,9 @@ def _adapt(state: Assessment, slots: Sequence[_Slot], view: ClassView) -> tuple[
         if target is None:
             edits.append(RemoveResource(slot.container_path, slot.container, slot.resource))
         elif target[0] != slot.resource:
-            edits.append(RenameResource(slot.container_path, slot.container, slot.resource, *target, fields))
+            respells = target[1] == slot.count and (*slot.container_path, "resources", "limits",
+                                                    slot.resource) in mismatched
+            edits.append(RenameResource(slot.container_path, slot.container, slot.resource, *target, fields, respells))
         elif target[1] != slot.count or slot.refused:
             edits.append(SetAmount(slot.container_path, slot.container, slot.resource, target[1], fields))
     resources = sorted({t[0] for t in final.values() if t is not None})
@@ -492,19 +536,6 @@ def _over(view: ClassView, kept: Sequence[_Slot],
     return [(r, n - view.offers[r].per_node) for r, n in effective_totals(requests) if n > view.offers[r].per_node]
 
 
-# --- namespace moves ---------------------------------------------------------------------------------------------
-
-
-def _moves(context: Context, state: Assessment) -> Iterator[Fix]:
-    facts = state.facts
-    resources = facts.request.resources
-    for move, access in context.moves:
-        here = ((move.tenant,) if move.tenant else ()) == state.tenants
-        if here or not any(access.allows(c, resources) for c in facts.classes if c.fits(facts.request.totals)):
-            continue
-        yield Fix((move,))
-
-
 # --- request edits -----------------------------------------------------------------------------------------------
 
 
@@ -519,7 +550,8 @@ def _request_edits(state: Assessment, finding: Diagnostic) -> Iterator[Fix]:
     note = _why_fewer(facts, finding, resource, count)
     counts = [SetAmount(container_path, container, resource, k, fields) for k in _fewer(facts, resource, count)]
     has = {a.resource for c in facts.request.containers for a in c.amounts if a.path[:-3] == container_path}
-    renames = [RenameResource(container_path, container, resource, instead, k, fields)
+    respell = finding.code == _MISMATCH
+    renames = [RenameResource(container_path, container, resource, instead, k, fields, respell and k == count)
                for instead in _instead(resource, offered) if instead not in has
                for k in dict.fromkeys((count, 1)) if any(c.fits(((instead, k),)) for c in facts.classes)]
     edits = (*renames, *counts) if resource not in offered else (*counts, *renames)
@@ -622,16 +654,3 @@ def _why_remove(finding: Diagnostic) -> str:
     if finding.code == "gpu-request-unsatisfiable" and finding.message.startswith("no node class offers"):
         return "no node class offers both on one node: run the other part in a pod of its own"
     return ""
-
-
-def example_labels(access_selector: Sequence[tuple[str, str, tuple[str, ...]]]) -> tuple[tuple[str, str], ...]:
-    """Namespace labels a selector matches: In takes its first value, Exists the value "true", NotIn and
-    DoesNotExist are met by leaving the label off."""
-    labels: dict[str, str] = {}
-    for key, operator, values in access_selector:
-        if operator == "In" and values:
-            labels[key] = sorted(values)[0]
-        elif operator == "Exists":
-            labels[key] = "true"
-    return tuple(sorted(labels.items()))
-

@@ -135,8 +135,10 @@ class Access:
     """None: every class."""
     unknown: tuple[str, ...] = ()
     """Tenant names the policy does not know (the webhook's configuration and policy disagree)."""
-    selector: str = ""
-    """The tenant's namespaceSelector, for hints: ``gpu-tier=inference``."""
+    allow_path: str = ""
+    """Where the spec lists the modes allowed: ``spec.tenants[1].allow``, ``spec.admission.defaultAllow``."""
+    classes_path: str = ""
+    """Where the spec lists the classes allowed: ``spec.tenants[2].classes`` (empty for the default rules)."""
 
     def denies(self, view: ClassView, offer: OfferView) -> tuple[tuple[str, ...], bool]:
         """(modes of the offer not allowed, whether the class itself is outside the allowed classes)."""
@@ -152,6 +154,27 @@ class Access:
             if bad or outside:
                 return False
         return True
+
+    def holds(self, view: ClassView, resource: str, count: int, total: int) -> bool:
+        """Whether one container may get ``count`` of ``resource`` on the class, one node holds the pod's ``total``
+        of it, and the class is this access's: a fix never lowers an amount that such a class holds (it places the
+        pod there instead)."""
+        offer = view.offers.get(resource)
+        if offer is None or offer.per_node < max(count, total) or (count > 1 and offer.shared and offer.strict):
+            return False
+        bad, outside = self.denies(view, offer)
+        return not bad and not outside
+
+    def ask(self, modes: Sequence[str], classes: Sequence[str], spec: str = "") -> str:
+        """What to ask the platform team for, naming the spec fields to change: ``allow mps
+        (spec.tenants[1].allow) for tenant research in ClusterGPUPolicy mixed-fleet``; ``spec`` names the policy."""
+        parts = []
+        if modes:
+            parts.append(f"{join(sorted(modes), 'and')}" + (f" ({self.allow_path})" if self.allow_path else ""))
+        if classes:
+            parts.append(f"class {join(sorted(classes), 'and')}" + (f" ({self.classes_path})" if self.classes_path
+                                                                   else ""))
+        return f"allow {join(parts, 'and')} for {self.who}" + (f" in {spec}" if spec else "")
 
     def describe(self) -> str:
         modes = join(sorted(self.modes), "and") if self.modes else "no sharing mode"
@@ -404,9 +427,9 @@ def _resource_problem(facts: Facts, resource: str, count: int, placeable: Sequen
         return _too_many(facts, resource, count, too_few)
     elsewhere = [c for c in facts.classes if c.fits(((resource, count),))]
     # A class only its taints keep the pod from is the answer, before any MIG naming the pod may have missed:
-    # the pod asked for what that class offers, and did not say to avoid it.
-    tainted = [c for c in elsewhere if facts.conflict_of(c).taint is not None]  # type: ignore[union-attr]
-    if tainted and len(tainted) == len(elsewhere):
+    # the pod asked for what that class offers, and its selector and affinity did not say to avoid it (a NotIn
+    # that leaves a MIG class and a tainted whole-GPU class is fixed by the toleration, not by a MIG name).
+    if any(facts.conflict_of(c).taint is not None for c in elsewhere):  # type: ignore[union-attr]
         return _excluded_by_placement(facts, resource, count, elsewhere)
     if _is_mig_mismatch(resource, placeable):
         return _mig_mismatch(facts, resource, count, placeable)
@@ -506,9 +529,10 @@ def _per_class(facts: Facts, resource: str | None, count: int) -> str:
 
 
 def _class_reason(facts: Facts, view: ClassView, resource: str | None, count: int) -> str:
-    conflict = facts.conflict_of(view)
-    if conflict is not None:
-        return conflict.explain(view)
+    """The first real reason the class cannot run the pod: it does not offer the resource, then it offers too
+    few on one node, then the pod's nodeSelector or affinity excludes it, then its taints (placement_conflict
+    orders the last two). A class that never offers the resource is not "untolerated": tolerating its taint
+    would change nothing."""
     resources = [resource] if resource else list(facts.request.resources)
     for r in resources:
         offer = view.offers.get(r)
@@ -517,6 +541,9 @@ def _class_reason(facts: Facts, view: ClassView, resource: str | None, count: in
         need = count if resource else dict(facts.request.totals)[r]
         if offer.per_node < need:
             return f"offers at most {offer.per_node} {r} per node ({offer.explain()})"
+    conflict = facts.conflict_of(view)
+    if conflict is not None:
+        return conflict.explain(view)
     return "offers " + join([f"{view.offers[r].per_node} {r}" for r in resources], "and") + " per node"
 
 
@@ -553,6 +580,16 @@ def _shared_finding(facts: Facts, container: str, resource: str, count: int, pat
 
 def check_tenant_access(facts: Facts) -> tuple[Diagnostic, ...]:
     """A class the pod may land on uses a sharing mode, or is a class, the namespace's tenants may not use."""
+    return tuple(_tenant_finding(facts, resource, denied) for resource, denied in tenant_denials(facts))
+
+
+Denied = tuple[ClassView, tuple[str, ...], bool]
+"""A class the pod may land on, the modes of its offer the access does not allow, whether it is outside the
+access's classes."""
+
+
+def tenant_denials(facts: Facts) -> list[tuple[str, list[Denied]]]:
+    """Per requested resource, the classes the pod may land on that the namespace's tenants may not use."""
     found = []
     access = facts.access
     modes, classes = access.modes, access.classes
@@ -566,8 +603,21 @@ def check_tenant_access(facts: Facts) -> tuple[Diagnostic, ...]:
             if bad or outside:
                 denied.append((view, bad, outside))
         if denied:
-            found.append(_tenant_finding(facts, resource, denied))
-    return tuple(found)
+            found.append((resource, denied))
+    return found
+
+
+def tenant_ask(facts: Facts, spec: str = "") -> str:
+    """What the platform team would have to allow for the tenant to run the pod where it may land: ``allow mps
+    for tenant research (spec.tenants[1].allow)``; empty when the tenant rule finds nothing."""
+    modes: dict[str, None] = {}
+    classes: dict[str, None] = {}
+    for _, denied in tenant_denials(facts):
+        for view, bad, outside in denied:
+            modes.update(dict.fromkeys(bad))  # the spec's own mode names: mig and time-slicing, not mig+time-slicing
+            if outside:
+                classes[view.name] = None
+    return facts.access.ask(list(modes), list(classes), spec) if modes or classes else ""
 
 
 def _tenant_finding(facts: Facts, resource: str,
@@ -615,6 +665,29 @@ RULES: tuple[Rule, ...] = (
          "the scheduler may pick a class or sharing mode the namespace's tenant may not use", check_tenant_access),
     *(Rule(*rule) for rule in vgpu.RULES),
 )
+
+
+#: Edit kinds (policy.admission.fixes) by what they change: where the pod runs, and what it asks for.
+PLACEMENT_EDITS = frozenset({"set-node-selector", "remove-placement", "add-toleration"})
+REQUEST_EDITS = frozenset({"set-resource", "rename-resource", "remove-resource"})
+#: Each rule's subject, as the edit kinds that answer its findings: a finding's fix (one per object, shared by its
+#: findings) holds at least one of them, so the hint speaks of what the rule's message does. A MIG naming mismatch
+#: is answered by the other strategy's name or by nodes that advertise the name, never by a toleration alone; a
+#: tenant's rule by where the pod runs or what it asks for, never by another namespace. Every rule has a row
+#: (tests/policy/test_fix_subjects.py walks them).
+SUBJECTS: Mapping[RuleId, frozenset[str]] = {
+    "gpu-request-invalid": REQUEST_EDITS,
+    "mig-strategy-mismatch": frozenset({"rename-resource", "set-node-selector", "remove-placement"}),
+    "gpu-request-unsatisfiable": REQUEST_EDITS | PLACEMENT_EDITS,
+    "shared-gpu-request-above-one": REQUEST_EDITS | PLACEMENT_EDITS,
+    "tenant-sharing-mode-denied": REQUEST_EDITS | PLACEMENT_EDITS,
+    "hami-scheduler-bypassed": frozenset({"set-field", "remove-field", "set-node-selector"}),
+    "vgpu-memory-unsatisfiable": frozenset({"set-resource", "remove-resource"}) | PLACEMENT_EDITS,
+    "vgpu-count-above-gpus": frozenset({"set-resource"}) | PLACEMENT_EDITS,
+    "hami-resource-out-of-range": frozenset({"set-resource", "remove-resource"}),
+    "hami-privileged-container": frozenset({"remove-field"}),
+    "hami-annotation-invalid": frozenset({"set-field", "remove-field"}),
+}
 
 
 # --- wording ----------------------------------------------------------------------------------------------------

@@ -322,7 +322,7 @@ def _unreached(pod: HamiPod) -> tuple[Diagnostic, ...]:
                 f'container "{container.name}" asks for {" and ".join(asked)} but not for {doc.count}, and HAMi\'s '
                 "webhook does not reach the namespace (only namespaces whose tenants may use vgpu), so "
                 f'{DEFAULT_SCHEDULER} gets the pod and no node advertises {asked[0]} ("Insufficient {asked[0]}").',
-                container.values[asked[0]].path, "run it in a namespace whose tenant may use vgpu"))
+                container.values[asked[0]].path, "ask the platform team to allow vgpu for the namespace's tenant"))
     return tuple(found)
 
 

@@ -41,11 +41,13 @@ def hints(decision: Decision) -> list[str]:
 # --- 1. a hint is a change that admits ---------------------------------------------------------------------------
 
 
-def test_eight_gpus_outside_every_tenant_are_sent_to_the_whole_gpu_class_and_a_tenant_that_may_use_it() -> None:
+def test_eight_gpus_outside_every_tenant_are_told_one_shared_gpu_and_never_another_tenant() -> None:
     decision = evaluate("mixed-fleet", pod(gpus(8), tolerations=[{"operator": "Exists"}]))
     assert [d.code for d in decision.diagnostics] == ["shared-gpu-request-above-one", "tenant-sharing-mode-denied"]
-    assert set(hints(decision)) == {"pin the pod to class h100-train with nodeSelector {node-pool: h100-train} and "
-                                    "run it in a namespace of tenant prod (gpu-tier=prod)"}
+    # No class that namespaces outside every tenant may use holds 8 GPUs in one container, and a fix never moves
+    # the pod to another tenant's namespaces: one shared GPU, on the class the pod then lands on, is the fix.
+    assert set(hints(decision)) == {'request nvidia.com/gpu: 1 in container "app" and pin the pod to class t4-dev '
+                                    "with nodeSelector {node-pool: t4-dev}"}
     assert not any("a100-mps" in h or "add a node class" in h for h in hints(decision))
 
 
@@ -60,11 +62,15 @@ def test_a_pod_on_whole_gpus_with_a_sidecar_and_an_init_container_too_large_is_n
     assert finding.hint.startswith("request nvidia.com/gpu: ")
 
 
-def test_a_tenant_that_may_not_use_a_mig_profile_is_not_told_to_request_it() -> None:
+def test_a_tenant_that_may_not_use_a_mig_profile_is_told_what_to_ask_the_platform_team_for() -> None:
     decision = evaluate("h20-mig", pod(gpus(1)))
     assert not decision.allowed
-    assert set(hints(decision)) == {'request nvidia.com/mig-1g.12gb: 1 instead of nvidia.com/gpu in container "app" '
-                                    "and run it in a namespace of tenant inference (gpu-tier=inference)"}
+    assert set(hints(decision)) == {
+        'no change to this object within the policy admits it: request nvidia.com/mig-1g.12gb: 1 instead of '
+        'nvidia.com/gpu in container "app" would leave only the tenant\'s rule, so ask the platform team to allow mig '
+        "and time-slicing (spec.admission.defaultAllow) for namespaces outside every tenant in ClusterGPUPolicy "
+        "h20-inference"}
+    assert all(d.fix is None for d in decision.diagnostics)
 
 
 # --- 2. every violation at once -----------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Every hint is a fix: over a corpus of denials (every example suite's denied cases, the denied workload fixtures,
 and generated pods), each finding's fix is applied mechanically (its JSON Patch, by an RFC 6902 applier written
-here, and its namespace move, routed by the policy's own tenant selectors) and the result re-evaluated: it is
-admitted with no finding left. A finding without a fix must say that no change within the policy admits it."""
+here) in the object's own namespace and the result re-evaluated: it is admitted with no finding left. No fix moves
+the object to another namespace (so to another tenant). A finding without a fix must say that no change within
+the policy admits it."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ NO_CHANGE = "no change to this object within the policy admits it"
 
 
 RESOURCE = re.compile(r"nvidia\.com/[A-Za-z0-9.-]*[A-Za-z0-9]")
+#: How a hint would send the object elsewhere: another namespace, another tenant's.
+MOVES = re.compile(r"run it in|(move|another|other) namespace|namespace of tenant|no tenant selects")
 
 
 def check_every_fix_admits(engine: Engine, obj: dict[str, Any], labels: dict[str, str], namespace: str) -> Decision:
@@ -37,6 +40,7 @@ def check_every_fix_admits(engine: Engine, obj: dict[str, Any], labels: dict[str
     for finding in decision.diagnostics:
         if finding.fix is None:
             assert NO_CHANGE in finding.hint or finding.hint.startswith("compile the policy"), finding
+            assert not MOVES.search(finding.hint), finding.hint
             continue
         fix = finding.fix.to_dict()
         for each in (fix, *fix.get("alternatives", ())):
@@ -51,11 +55,10 @@ def check_every_fix_admits(engine: Engine, obj: dict[str, Any], labels: dict[str
 
 def check_admits(engine: Engine, obj: dict[str, Any], labels: dict[str, str], namespace: str, fix: dict[str, Any],
                  hint: str) -> None:
+    assert set(fix) <= {"edits", "jsonPatch", "alternatives"}, fix  # nothing but edits of the object itself
+    assert not MOVES.search(hint), hint
     fixed = apply_patch(obj, fix["jsonPatch"])
-    moved = fix.get("namespace", {}).get("namespaceLabels")
-    where = labels if moved is None else moved
-    ns = namespace if moved is None else "moved"
-    again = engine.evaluate(fixed, tenants=engine.tenants_for(where, namespace=ns))
+    again = engine.evaluate(fixed, tenants=engine.tenants_for(labels, namespace=namespace))
     assert again.allowed and again.diagnostics == (), (hint, fix, again.render())
 
 
@@ -90,7 +93,9 @@ def test_each_finding_of_each_suite_denial_has_a_fix_that_admits_the_object(
         cluster: str, name: str, obj: dict[str, Any], labels: dict[str, str], namespace: str) -> None:
     decision = check_every_fix_admits(engine_for(cluster), obj, labels, namespace)
     assert not decision.allowed
-    assert decision.diagnostics[0].fix is not None  # every suite denial can be fixed within its policy
+    # Every suite denial can be fixed within its policy, except where only the platform team can help the tenant.
+    first = decision.diagnostics[0]
+    assert first.fix is not None or " ask the platform team to allow " in first.hint, first
 
 
 DENY_FIXTURES = [path for path in workload_fixtures.FILES if path.parent.name == "deny"]

@@ -138,7 +138,10 @@ def test_hami_resources_outside_every_vgpu_tenant_are_a_tenant_denial_not_a_miss
     decision = engine().evaluate(deployment(container(gpumem=3000)), tenants=("dev",))
     assert rules(decision) == ["tenant-sharing-mode-denied"]
     assert "tenant dev may not use vgpu GPUs" in decision.message
-    assert "run it in a namespace of tenant platform (tier=platform)" in decision.message
+    # Never another tenant's namespace: the hint names what the platform team would have to allow, and where.
+    assert "Fix: no change to this object within the policy admits it: ask the platform team to allow vgpu " \
+           "(spec.tenants[1].allow) for tenant dev in ClusterGPUPolicy hami" in decision.message
+    assert "tenant platform" not in decision.message
 
 
 def test_with_a_renamed_count_resource_nvidia_gpu_pods_never_reach_hami() -> None:
@@ -203,8 +206,8 @@ def test_memory_one_class_holds_is_allowed_and_pinning_away_from_it_is_not() -> 
     assert e.evaluate(pod(container(gpu=1, gpumem=60000)), tenants=PLATFORM).allowed
     pinned = e.evaluate(pod(container(gpu=1, gpumem=60000), nodeSelector={"pool": "l40s"}), tenants=PLATFORM)
     assert rules(pinned) == ["vgpu-memory-unsatisfiable"]
-    # The pod's own nodeSelector is its intent: less memory is the smaller change than another class.
-    assert 'Fix: request nvidia.com/gpumem: 46068 in container "app"' in pinned.message
+    # The amount asked for is kept where a class of the tenant holds it: the fix replaces the selector value.
+    assert "Fix: pin the pod to class a100 with nodeSelector {pool: a100}" in pinned.message
 
 
 def test_memory_with_a_unit_is_read_as_mib_and_dropped() -> None:
@@ -245,8 +248,12 @@ def test_more_vgpus_than_gpus_per_node_is_pending_even_where_the_split_advertise
     assert e.evaluate(pod(container(gpu=8, gpumem=1000)), tenants=PLATFORM).allowed  # the A100 nodes have 8
     decision = e.evaluate(pod(container(gpu=6, gpumem=1000), nodeSelector={"pool": "l40s"}), tenants=PLATFORM)
     assert rules(decision) == ["vgpu-count-above-gpus"]  # 4 GPUs x 6 vGPUs = 24 advertised, 4 GPUs
+    # The A100 class holds 6 vGPUs in one container: the fix places the pod there rather than cutting it to 4.
+    assert "Fix: pin the pod to class a100 with nodeSelector {pool: a100}" in decision.message
+    only_l40s = e.evaluate(pod(container(gpu=9, gpumem=1000), nodeSelector={"pool": "l40s"}), tenants=PLATFORM)
+    assert rules(only_l40s) == ["vgpu-count-above-gpus"]  # no class holds 9: fewer is the fix
     assert ('Fix: request nvidia.com/gpu: 4 in container "app" (HAMi gives each vGPU of a container a GPU of its '
-            "own)") in decision.message
+            "own)") in only_l40s.message
 
 
 # ---- hami-resource-out-of-range ---------------------------------------------------------------------------------

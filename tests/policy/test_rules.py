@@ -162,8 +162,12 @@ def test_a_class_outside_the_tenants_classes_is_denied_even_when_its_mode_is_all
 def test_several_tenants_get_only_what_all_of_them_allow(engine: Engine) -> None:
     (d,) = found(engine, pod({GPU: 1}), ("prod", "dev"))
     assert d.message.startswith("tenants prod and dev together may not use time-slicing GPUs")
-    # Nothing both tenants allow runs it; namespaces outside every tenant may use every mode here.
-    assert d.hint == "run it in a namespace no tenant selects"
+    # Nothing both tenants allow runs it. Namespaces outside every tenant may use every mode here, but a fix never
+    # moves the pod out of its tenants: the hint names what the platform team would have to allow, and where.
+    assert d.fix is None
+    assert d.hint == ("no change to this object within the policy admits it: ask the platform team to allow "
+                      "time-slicing (spec.tenants[0].allow and spec.tenants[1].allow) and class whole "
+                      "(spec.tenants[1].classes) for tenants prod and dev together in ClusterGPUPolicy unit")
 
 
 def test_an_unknown_tenant_may_use_nothing_and_the_message_says_so(engine: Engine) -> None:
@@ -179,8 +183,9 @@ def test_where_no_change_within_the_policy_admits_the_pod_the_hint_says_so_and_o
     closed = engine_for(UNIT_POLICY.split("  tenants:")[0] + "  admission: {defaultAllow: []}\n")
     (d,) = found(closed, pod({GPU: 1}))
     assert d.code == "tenant-sharing-mode-denied" and d.fix is None
-    assert d.hint == ("no change to this object within the policy admits it (gpupolicy tried every class, every "
-                      "tenant's namespaces and other GPU requests): ask the platform team to change the policy")
+    assert d.hint == ("no change to this object within the policy admits it: ask the platform team to allow "
+                      "exclusive and time-slicing (spec.admission.defaultAllow) for namespaces outside every tenant "
+                      "in ClusterGPUPolicy unit")
 
 
 def test_the_default_rules_apply_to_namespaces_of_no_tenant(engine: Engine) -> None:

@@ -65,10 +65,12 @@ def fixes(answer: dict[str, Any]) -> list[dict[str, Any]]:
     return [json.loads(c["message"]) for c in answer["status"]["details"]["causes"] if c["reason"] == FIX_CAUSE]
 
 
-def admitted_after_fix(server: Server, obj: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
-    """The first fix the denial carries, applied; sent to the entry of the tenant the namespace move names."""
+def admitted_after_fix(server: Server, obj: dict[str, Any], answer: dict[str, Any], tenant: str | None = None
+                       ) -> dict[str, Any]:
+    """The first fix the denial carries, applied and sent again to the same tenant's entry (a fix never moves the
+    object to another namespace)."""
     fix = fixes(answer)[0]
-    tenant = fix.get("namespace", {}).get("tenant")
+    assert "namespace" not in fix
     again = review(server, apply_patch(obj, fix["jsonPatch"]), tenant=tenant, uid="after-fix")
     assert again["allowed"] is True and "warnings" not in again, again
     return fix
@@ -77,26 +79,27 @@ def admitted_after_fix(server: Server, obj: dict[str, Any], answer: dict[str, An
 # --- 1: hints that admit ----------------------------------------------------------------------------------------
 
 
-def test_a_whole_gpu_job_outside_every_tenant_is_told_the_class_and_tenant_that_admit_it(server: Server) -> None:
+def test_a_whole_gpu_job_of_a_tenant_that_may_use_whole_gpus_is_told_the_class_that_admits_it(server: Server) -> None:
     obj = job({GPU: 8})
-    answer = review(use(server, "mixed-fleet"), obj)
+    answer = review(use(server, "mixed-fleet"), obj, tenant="research")
     message = answer["status"]["message"]
     assert answer["allowed"] is False and "pin the pod to class a100-mps" not in message
     assert ("Fix: pin the pod to class h100-train with nodeSelector {node-pool: h100-train}, tolerate the taint "
-            "dedicated=training:NoSchedule and run it in a namespace of tenant prod (gpu-tier=prod)") in message
-    fix = admitted_after_fix(server, obj, answer)
-    assert fix["namespace"] == {"kind": "move-namespace", "tenant": "prod", "namespaceLabels": {"gpu-tier": "prod"}}
+            "dedicated=training:NoSchedule") in message
+    assert "namespace of tenant" not in message
+    admitted_after_fix(server, obj, answer, tenant="research")
 
 
-def test_a_time_sliced_mig_slot_outside_the_inference_tenant_is_sent_there_not_told_to_ask_for_it(
+def test_a_time_sliced_mig_slot_outside_the_inference_tenant_is_told_what_to_ask_for_not_sent_there(
         server: Server) -> None:
     obj = pod({"name": "vllm", "image": "vllm:1", "resources": {"limits": {"nvidia.com/mig-1g.12gb": 1}}})
     answer = review(use(server, "h20-mig"), obj)
     message = answer["status"]["message"]
     # 6: one name for the class's mode, the one explain prints.
     assert "namespaces outside every tenant may not use mig+time-slicing GPUs" in message
-    assert "Fix: run it in a namespace of tenant inference (gpu-tier=inference)" in message
-    admitted_after_fix(server, obj, answer)
+    assert ("Fix: no change to this object within the policy admits it: ask the platform team to allow mig and "
+            "time-slicing (spec.admission.defaultAllow) for namespaces outside every tenant") in message
+    assert "tenant inference" not in message and fixes(answer) == []
 
 
 # --- 2: every violation at once ---------------------------------------------------------------------------------
