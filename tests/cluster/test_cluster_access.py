@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from cluster_support import TKE_SPEC
-from fake_apiserver import Fault
+from recorded_responses import Fault
 
 from cluster import snapshot
 
@@ -51,7 +51,7 @@ def test_an_api_server_slower_than_the_request_timeout_is_reported_without_waiti
     seed = cluster("seed-003-before", faults={"nodes": Fault(sleep_seconds=3)})
     started = time.monotonic()
     result = gpupolicy("cluster", "verify", "-p", TKE_SPEC, "--kubeconfig", seed.kubeconfig, "--request-timeout", "0.3")
-    # The fake server answers after 3 s; giving up at the 0.3 s timeout means returning well before that.
+    # The recorded responses come after 3 s; giving up at the 0.3 s timeout means returning well before that.
     assert time.monotonic() - started < 2.9
     assert (result.code, result.out) == (2, "")
     assert result.err == (

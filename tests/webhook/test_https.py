@@ -11,8 +11,7 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any, TypeVar
 
 import pytest
 from cryptography import x509
+from polling import poll
 from prometheus_client.parser import text_string_to_metric_families
 from webhook_support import (
     V1,
@@ -133,18 +133,6 @@ class Server:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
-
-
-def poll(probe: Callable[[], T | None], *, timeout: float = 15.0, what: str = "condition") -> T:
-    """Call probe until it returns something other than None (no fixed sleeps: like the e2e marker loop)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def free_port() -> int:
