@@ -238,6 +238,13 @@ class KubeAPI:
         except urllib.error.HTTPError as error:
             return Answer.read(error.code, error.read(), error.headers.get_all("Warning") or [])
 
+    def kubeconfig_of(self, identity: str) -> Path:
+        """A kubeconfig like the admin's that authenticates as one of IDENTITIES."""
+        path = self.directory / f"kubeconfig-{identity}"
+        if not path.exists():
+            write_kubeconfig(path, self.url, self.ca.pem, self.tokens[identity])
+        return path
+
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """kubectl against this server (KUBECONFIG set; nothing read from ~/.kube)."""

@@ -99,3 +99,18 @@ def test_the_largest_pod_the_estimate_allows_runs_and_one_container_more_is_canc
     assert within.status == 201, within.message  # evaluated to a verdict (the predicate holds): admitted
     beyond = send(api, most + 1)
     assert beyond.status == 422 and CANCELLED in beyond.message, beyond.message
+
+
+def test_creating_a_policy_bounds_no_cost(kube_api: KubeAPI) -> None:
+    # Why the compiler estimates at all: a five-deep walk over the containers, which no pod of any size could
+    # afford, is accepted when created (`object` is dyn, so nothing bounds the lists it holds).
+    walk = "object.spec.containers.all(a, " * 5 + "a.name != ''" + ")" * 5
+    assert cost(walk, 20) > PER_CALL_LIMIT  # twenty containers would already exceed the limit
+    name = "gpupolicy-test-cost-unbounded"
+    answer = kube_api.request("POST", f"{ADMISSION}/validatingadmissionpolicies", {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {"validations": [{"expression": walk}], "matchConstraints": {"resourceRules": [
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]}}})
+    assert answer.status == 201, answer.message
+    assert kube_api.request("DELETE", f"{ADMISSION}/validatingadmissionpolicies/{name}").status == 200

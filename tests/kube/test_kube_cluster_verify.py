@@ -1,6 +1,7 @@
 """`cluster verify` and `cluster discover` against the real API server, where what they read is the API server's
 own doing: who owns a node's labels (managedFields written by real Updates and Applies, tests/kube/kube_nodes.py),
-the nodes' capacity and labels as the list returns them, paging and the client's decoding.
+the nodes' capacity and labels as the list returns them, the client's decoding, and RBAC's refusals (the
+fixture's identities, granted nothing or only what a test binds).
 
 The recorded `fleet` (tests/cluster/recorded/fleet) is replayed here write by write, and the node-label findings
 must be the ones the recorded responses give (so the constructed managedFields of the recording are what an API
@@ -29,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "cluster" / "recorded"
 FLEET_SPEC = RECORDED / "fleet" / "cluster.yaml"
 OPERATOR_SPEC = ROOT / "examples" / "clusters" / "h20-mig" / "cluster.yaml"
+TKE_SPEC = ROOT / "examples" / "clusters" / "tke-l20-t4" / "cluster.yaml"
 MIG = "nvidia.com/mig.config"
 RECONCILER = "gpupolicy-node-labels"
 Obj = dict[str, Any]
@@ -189,3 +191,52 @@ def drafted(text: str) -> list[str]:
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if not line.startswith("#"))
     return lines[start:]
+
+
+# --- what the commands may read: RBAC's own refusals --------------------------------------------------------------
+
+RBAC_FIX = ("  hint: grant get and list on nodes, pods, events, configmaps (core) and daemonsets, replicasets, "
+            "deployments (apps), e.g. kubectl create clusterrole gpupolicy-reader --verb=get,list "
+            "--resource=nodes,pods,events,configmaps,daemonsets.apps,replicasets.apps,deployments.apps && "
+            "kubectl create clusterrolebinding gpupolicy-reader --clusterrole=gpupolicy-reader --user=<you>\n")
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+
+
+def test_a_forbidden_node_list_names_the_verb_the_resource_and_the_rbac_fix(
+        kube_api: KubeAPI, capsys: pytest.CaptureFixture[str]) -> None:
+    # tenant-person: authenticated, granted nothing (tests/kube_api.py IDENTITIES)
+    code, out, err = gpupolicy(capsys, "cluster", "verify", "-p", TKE_SPEC, "--kubeconfig",
+                               kube_api.kubeconfig_of("tenant-person"))
+    assert (code, out) == (2, "")
+    assert err == (
+        "gpupolicy cluster verify: error: the API server refused to list nodes (403 Forbidden: nodes is forbidden: "
+        'User "dana@example.com" cannot list resource "nodes" in API group "" at the cluster scope)\n' + RBAC_FIX)
+
+
+@pytest.fixture
+def discoverer(kube_api: KubeAPI, recorded_nodes: Nodes) -> Iterator[Path]:
+    """A kubeconfig whose identity may list nodes and DaemonSets, and nothing else."""
+    name = "gpupolicy-test-discover"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list"]},
+                      {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list"]}]}
+    binding = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+               "subjects": [{"kind": "ServiceAccount", "namespace": "team-a", "name": "builder"}]}
+    for path, obj in ((f"{RBAC}/clusterroles", role), (f"{RBAC}/clusterrolebindings", binding)):
+        assert kube_api.request("POST", path, obj).status == 201
+    yield kube_api.kubeconfig_of("tenant-service-account")
+    for path in (f"{RBAC}/clusterrolebindings/{name}", f"{RBAC}/clusterroles/{name}"):
+        assert kube_api.request("DELETE", path).status == 200
+
+
+def test_discover_needs_only_nodes_and_daemonsets(discoverer: Path, recorded_nodes: Nodes,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    recorded_nodes.write_recorded(storable(yaml.safe_load(NODE_FILES[0].read_text(encoding="utf-8")), "gpu-1"))
+    # RBAC grants the identity those two lists alone: any other read would be refused, and discover would say so
+    code, out, err = gpupolicy(capsys, "cluster", "discover", "--kubeconfig", discoverer, "-o", "-")
+    assert code == 0, err
+    assert yaml.safe_load(out)["kind"] == "ClusterGPUPolicy"
+    # and verify, which reads more, is refused at its first read past them (RBAC's own message)
+    code, _, err = gpupolicy(capsys, "cluster", "verify", "-p", TKE_SPEC, "--kubeconfig", discoverer)
+    assert code == 2 and "403 Forbidden" in err and 'User "system:serviceaccount:team-a:builder" cannot list' in err
