@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from cryptography import x509
@@ -45,7 +45,6 @@ GPUPOLICY = str(Path(sys.executable).parent / "gpupolicy")
 SERVICE_HOST = "gpupolicy-webhook.gpupolicy-system.svc"
 TKE = compiled_policy("tke-l20-t4")
 TKE_WARN = compiled_policy("tke-l20-t4", lambda t: t.replace("enforcement: enforce", "enforcement: warn"))
-T = TypeVar("T")
 
 
 # --- a client that behaves like kube-apiserver -----------------------------------------------------------
