@@ -2,7 +2,8 @@
 
 The `kube_api` fixture (session scope) starts etcd and kube-apiserver, built by scripts/kube_binaries.py (and
 built on the spot when the cache has none, so plain `pytest` works), on free 127.0.0.1 ports, with a static
-admin token and serving certificates signed by a throwaway CA made here with `cryptography`; it waits for
+admin token (and one token per identity of IDENTITIES, for what a non-admin may do) and serving certificates
+signed by a throwaway CA made here with `cryptography`; it waits for
 /readyz, hands the tests a `KubeAPI` (URL, token, CA, a kubeconfig for kubectl, a Python client) and stops
 both processes at the end.  A build or start that fails fails every test that asked for the server: these
 tests never skip.  Tests using the fixture carry the `kube_api` marker, so `pytest -m kube_api` runs them alone.
@@ -167,6 +168,32 @@ def _warning_text(header: str) -> str:
     return re.sub(r"\\(.)", r"\1", match["text"]) if match else header
 
 
+@dataclass(frozen=True)
+class Identity:
+    """Who a static token authenticates as (request.userInfo: the API server adds system:authenticated)."""
+
+    username: str
+    groups: tuple[str, ...] = ()
+
+
+#: The identities the server knows besides the admin, each with a token of its own.  RBAC grants them nothing: a
+#: test that needs one to act binds it a role first (as a cluster's platform would).
+IDENTITIES: dict[str, Identity] = {
+    # a person in a tenant's group, and a tenant's service account with update on namespaces (a self-service
+    # platform's role, or a careless binding): who must not move a namespace between tenants
+    "tenant-person": Identity("dana@example.com", ("sandbox-devs",)),
+    "tenant-service-account": Identity("system:serviceaccount:team-a:builder",
+                                       ("system:serviceaccounts", "system:serviceaccounts:team-a")),
+    # the GitOps controllers that apply the tree (the tenancy managers the spec defaults to)
+    "argocd": Identity("system:serviceaccount:argocd:argocd-application-controller",
+                       ("system:serviceaccounts", "system:serviceaccounts:argocd")),
+    "flux": Identity("system:serviceaccount:flux-system:kustomize-controller",
+                     ("system:serviceaccounts", "system:serviceaccounts:flux-system")),
+}
+#: group system:masters: what RBAC's bootstrap policy binds to cluster-admin
+ADMIN = Identity("admin", ("system:masters",))
+
+
 @dataclass
 class KubeAPI:
     """What a test gets: where the API server is, how to authenticate, and clients for it."""
@@ -178,6 +205,8 @@ class KubeAPI:
     version: str
     directory: Path
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict, repr=False)
+    #: identity name (IDENTITIES) -> its bearer token
+    tokens: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def ca_path(self) -> Path:
@@ -195,17 +224,26 @@ class KubeAPI:
         return client.ApiClient(configuration)
 
     def request(self, method: str, path: str, body: Any = None,
-                content_type: str = "application/json") -> Answer:
-        """One raw call: for the answers the generated client turns into exceptions (denials, warnings)."""
+                content_type: str = "application/json", *, identity: str | None = None) -> Answer:
+        """One raw call: for the answers the generated client turns into exceptions (denials, warnings); as the
+        admin, or as one of IDENTITIES."""
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+        token = self.token if identity is None else self.tokens[identity]
         request = urllib.request.Request(self.url + path, data=data, method=method, headers={
-            "Authorization": f"Bearer {self.token}", "Accept": "application/json", "Content-Type": content_type})
+            "Authorization": f"Bearer {token}", "Accept": "application/json", "Content-Type": content_type})
         context = ssl.create_default_context(cafile=str(self.ca_path))
         try:
             with urllib.request.urlopen(request, context=context, timeout=60) as response:
                 return Answer.read(response.status, response.read(), response.headers.get_all("Warning") or [])
         except urllib.error.HTTPError as error:
             return Answer.read(error.code, error.read(), error.headers.get_all("Warning") or [])
+
+    def kubeconfig_of(self, identity: str) -> Path:
+        """A kubeconfig like the admin's that authenticates as one of IDENTITIES."""
+        path = self.directory / f"kubeconfig-{identity}"
+        if not path.exists():
+            write_kubeconfig(path, self.url, self.ca.pem, self.tokens[identity])
+        return path
 
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -275,6 +313,11 @@ def _service_account_keys(directory: Path) -> tuple[Path, Path]:
     return private, public
 
 
+def _token_line(token: str, identity: Identity) -> str:
+    # --token-auth-file: token,user,uid,"group1,group2" (k8s.io/apiserver pkg/authentication/token/tokenfile)
+    return f'{token},{identity.username},{identity.username},"{",".join(identity.groups)}"\n'
+
+
 def write_kubeconfig(path: Path, url: str, ca: bytes, token: str) -> None:
     config = {
         "apiVersion": "v1", "kind": "Config", "current-context": "gpupolicy-test",
@@ -301,10 +344,11 @@ def running_api_server(directory: Path, release: str | None = None) -> Iterator[
     serving = ca.issue("kube-apiserver", dns=("localhost", "kubernetes", "kubernetes.default.svc"))
     sa_key, sa_pub = _service_account_keys(directory / "pki")
     token = secrets.token_hex(24)
+    others = {name: secrets.token_hex(24) for name in IDENTITIES}
     tokens = directory / "tokens.csv"
     tokens.touch(mode=0o600)
-    # token,user,uid,"group": system:masters is what RBAC's bootstrap policy binds to cluster-admin
-    tokens.write_text(f'{token},admin,admin,"system:masters"\n')
+    tokens.write_text("".join(_token_line(t, who) for t, who in [(token, ADMIN)] + [
+        (others[name], identity) for name, identity in IDENTITIES.items()]))
     processes: dict[str, subprocess.Popen[bytes]] = {}
     environment = _quiet_environment()
     try:
@@ -347,7 +391,7 @@ def running_api_server(directory: Path, release: str | None = None) -> Iterator[
               what="kube-apiserver /readyz", processes=processes, logs=directory)
         kubeconfig = directory / "kubeconfig"
         write_kubeconfig(kubeconfig, url, ca.pem, token)
-        yield KubeAPI(url, token, ca, kubeconfig, version, directory, processes)
+        yield KubeAPI(url, token, ca, kubeconfig, version, directory, processes, others)
     finally:
         # the API server first (it holds etcd connections and would log errors about them), then its store
         for name in ("kube-apiserver", "etcd"):

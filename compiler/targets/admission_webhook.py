@@ -400,8 +400,12 @@ def _network_policy(policy: ClusterGPUPolicy) -> Obj:
     # otherwise open connections to a webhook that fails closed. Probes need no rule: traffic from the
     # pod's own node is always allowed (Kubernetes docs, "Network Policies"). The metrics port admits any
     # pod of the cluster (an empty namespaceSelector), so Prometheus scrapes wherever it runs; it serves
-    # /metrics and the probes only. No egress rule at all: the webhook makes no network calls (policy and
-    # certificates arrive as volumes).
+    # /metrics and the probes only. No egress at all: the webhook makes no network calls (policy and
+    # certificates arrive as volumes). `Egress` in policyTypes with no `egress` field denies all egress
+    # (k8s.io/api networking/v1 types.go, NetworkPolicySpec: "If this field is empty then this NetworkPolicy
+    # limits all outgoing traffic"); the field is left out rather than written `[]` because the API server
+    # stores an empty list as none (omitempty), so `[]` in the tree differs from the stored object and every
+    # server-side apply of the tree would write it again and bump the generation.
     rule: Obj = {"ports": [{"port": PORT, "protocol": "TCP"}]}
     cidrs = policy.spec.admission.api_server_cidrs
     if cidrs:
@@ -415,7 +419,6 @@ def _network_policy(policy: ClusterGPUPolicy) -> Obj:
             "podSelector": {"matchLabels": _selector()},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [rule, scrape],
-            "egress": [],
         },
     }
 

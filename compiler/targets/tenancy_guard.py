@@ -35,8 +35,8 @@ from policy.resolved import tenancy as tenancy_facts
 from policy.resolved.resolve import ResolvedPolicy
 from policy.resolved.tenancy import GUARD_NAME, Tenancy
 
-__all__ = ["ENVELOPE", "GUARD_FILE", "GUARD_NAME", "RULE", "GuardEnvelope", "estimate_guard", "render_tenancy_guard",
-           "report_notes"]
+__all__ = ["ENVELOPE", "GUARD_FILE", "GUARD_NAME", "RULE", "GuardEnvelope", "estimate_guard", "policy_names",
+           "render_tenancy_guard", "report_notes"]
 
 API_VERSION = "admissionregistration.k8s.io/v1"
 #: The id the guard's messages start with, as the admission policies' start with their rule's.
@@ -122,6 +122,11 @@ def _variables(facts: Tenancy, document: offers.AdmissionPolicy) -> list[tuple[s
         ("afterText", _tenants_text(_v("tenantsAfter"))),
         ("beforeText", _tenants_text(_v("tenantsBefore"))),
     ]
+
+
+def policy_names(resolved: ResolvedPolicy) -> tuple[str, ...]:
+    """The name of the guard's ValidatingAdmissionPolicy where the tree holds one (monitoring watches it)."""
+    return (GUARD_NAME,) if tenancy_facts.tenancy(resolved.spec).guard else ()
 
 
 def render_tenancy_guard(resolved: ResolvedPolicy) -> list[Obj]:

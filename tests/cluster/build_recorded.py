@@ -343,7 +343,9 @@ def managed_fields(labels: dict[str, str], state_since: str | None, reconciled: 
             owners.setdefault(("nvidia-mig-manager", "Update", state_since or ago(days=2)), set()).add(key)
         elif key.startswith(("nvidia.com/", "feature.node.kubernetes.io/")) and key != "nvidia.com/mig.config":
             owners.setdefault(("nfd-master", "Update", ago(minutes=1)), set()).add(key)
-        elif key != "nvidia.com/mig.config":
+        elif key not in reconciled:
+            # every label has an owner on an API server: a mig.config no reconciler applied came with the node's
+            # registration (kubelet --node-labels, as a node pool's template sets it)
             owners.setdefault(("kubelet", "Update", ago(days=200)), set()).add(key)
     return [{"apiVersion": "v1", "fieldsType": "FieldsV1", "manager": manager, "operation": operation, "time": time,
              "fieldsV1": {"f:metadata": {"f:labels": {f"f:{key}": {} for key in sorted(keys)}}}}
@@ -356,7 +358,7 @@ def h20_labels(*, applied: bool) -> dict[str, str]:
     layout is applied the node shows the full GPUs and mig.config.state pending (as in
     nvidia-docs-h100-mig-single-1g10gb-pending-partial.yaml)."""
     labels = {**OPERATOR_BASE, "nvidia.com/gpu.compute.major": "9", "nvidia.com/gpu.compute.minor": "0",
-              "nvidia.com/gpu.count": "8", "nvidia.com/gpu.family": "hopper", "nvidia.com/gpu.machine": "G5500 V7",
+              "nvidia.com/gpu.count": "8", "nvidia.com/gpu.family": "hopper", "nvidia.com/gpu.machine": "G5500-V7",
               "nvidia.com/gpu.memory": "97871", "nvidia.com/gpu.mode": "compute",
               "nvidia.com/gpu.product": "NVIDIA-H20", "nvidia.com/mig.capable": "true",
               "nvidia.com/mig.config": "h20", "nvidia.com/mig.strategy": "mixed", "nvidia.com/mps.capable": "false"}

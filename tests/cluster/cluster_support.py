@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from fake_apiserver import FakeApiServer
+from recorded_responses import RecordedResponses
 
 from compiler import compile_policy
 from policy.load import load_policy
@@ -29,7 +29,7 @@ class Result:
 
 @dataclass
 class Cluster:
-    server: FakeApiServer
+    server: RecordedResponses
     kubeconfig: Path
 
 

@@ -1,4 +1,4 @@
-"""Fixtures for `gpupolicy cluster`: a fake API server per test, and the CLI run in-process."""
+"""Fixtures for `gpupolicy cluster`: recorded responses served per test, and the CLI run in-process."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from pathlib import Path
 import build_recorded
 import pytest
 from cluster_support import Cluster, Obj, Result
-from fake_apiserver import FakeApiServer, Fault, load_scenario, serve
+from recorded_responses import Fault, RecordedResponses, load_scenario, serve
 
 from cli.main import main
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
-    """Start a fake API server on a scenario: recorded objects, plus or instead of given ones, with faults."""
+    """Serve a scenario's recorded responses: recorded objects, plus or instead of given ones, with faults."""
     with ExitStack() as stack:
 
         def start(scenario: str | None = None, *, add: Mapping[str, list[Obj]] | None = None,
@@ -26,7 +26,7 @@ def cluster(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
             for resource, items in (add or {}).items():
                 objects[resource] = [*objects.get(resource, []), *items]
             objects.update(replace or {})
-            server = stack.enter_context(serve(FakeApiServer(objects, build_recorded.TAKEN_AT, dict(faults or {}))))
+            server = stack.enter_context(serve(RecordedResponses(objects, build_recorded.TAKEN_AT, dict(faults or {}))))
             return Cluster(server, server.kubeconfig(tmp_path, context=context))
 
         yield start

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import yaml
 from cluster_support import TKE_SPEC
-from fake_apiserver import load_scenario
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from recorded_responses import load_scenario
 
 from cluster import discover, facts
 from cluster.resources import Node, Snapshot, node_from

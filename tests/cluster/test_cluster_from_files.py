@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from cluster_support import TKE_SPEC, applied, compiled_objects
-from fake_apiserver import RECORDED, load_scenario
+from recorded_responses import RECORDED, load_scenario
 
 from cluster.records import RecordsError, snapshot_from
 from cluster.resources import node_from

@@ -1,11 +1,12 @@
-"""gpupolicy cluster verify against recorded clusters served by a fake API server."""
+"""gpupolicy cluster verify against recorded clusters (recorded_responses.py serves them with the recorded moment as
+its clock; the parts that need an API server of their own are in tests/kube/test_kube_cluster_verify.py)."""
 
 from __future__ import annotations
 
 import json
 
 from cluster_support import FLEET_SPEC, TKE_SPEC, applied, by_name, compiled_objects, daemon_pod
-from fake_apiserver import load_scenario
+from recorded_responses import load_scenario
 
 SEED_GPU_NODES = {"l20": ["10.0.1.12"], "t4": ["10.0.2.7"]}
 

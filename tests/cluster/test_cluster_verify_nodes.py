@@ -10,7 +10,7 @@ from typing import Any
 
 import build_recorded
 from cluster_support import FLEET_SPEC, Result
-from fake_apiserver import load_scenario
+from recorded_responses import load_scenario
 
 Obj = dict[str, Any]
 MIG = "nvidia.com/mig.config"
@@ -117,50 +117,8 @@ def test_without_managed_fields_the_state_is_reported_for_an_unknown_time(cluste
 # --- labels the reconciler owns ------------------------------------------------------------------------------------
 
 
-def test_a_label_someone_else_changed_names_its_writer_and_one_the_reconciler_owns_alone_is_not_a_conflict(
-        cluster, gpupolicy):
-    fleet = cluster("fleet", context="fleet")
-    fleet.server.change_node("h20-node-1", {MIG: "all-1g.12gb"}, manager="kubectl-label")
-    result = gpupolicy("cluster", "verify", "-p", FLEET_SPEC, "--kubeconfig", fleet.kubeconfig, "-O", "json")
-    conflict = next(f for f in json.loads(result.out)["findings"] if f["code"] == "node-label-conflict"
-                    and f["subject"] == "node/h20-node-1")
-    assert conflict["message"].startswith("nvidia.com/mig.config is 'all-1g.12gb' on node h20-node-1, set by "
-                                          "kubectl-label; class h20's label plan wants 'h20'.")
-    assert conflict["hint"].startswith("if 'h20' is right, stop the other writer (node pool labels, provisioning) and "
-                                       "remove its value (kubectl label node h20-node-1 nvidia.com/mig.config-)")
-
-
-OPERATOR_SPEC = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "h20-mig" / "cluster.yaml"
-
-
-def test_under_the_operator_its_default_is_a_label_the_reconciler_replaces_not_a_conflict(cluster, gpupolicy):
-    # The fleet's h20 nodes (gpu-pool: h20) verified against the operator example, whose reconciler owns
-    # nvidia.com/mig.config there. The operator labelled h20-node-1 with its default before the reconciler came;
-    # on h20-node-2 a person set the same value.
-    fleet = cluster("fleet", context="fleet")
-    fleet.server.change_node("h20-node-1", {MIG: "all-disabled"}, manager="gpu-operator")
-    fleet.server.change_node("h20-node-2", {MIG: "all-disabled"}, manager="kubectl-label")
-    result = gpupolicy("cluster", "verify", "-p", OPERATOR_SPEC, "--kubeconfig", fleet.kubeconfig, "-O", "json")
-    findings = {(f["code"], f["subject"]): f for f in json.loads(result.out)["findings"]
-                if f["code"].startswith("node-label-")}
-    assert set(findings) == {("node-label-missing", "node/h20-node-1"), ("node-label-conflict", "node/h20-node-2")}
-    missing = findings[("node-label-missing", "node/h20-node-1")]
-    assert missing["message"].startswith("node h20-node-1 carries the GPU Operator's default "
-                                         "nvidia.com/mig.config=all-disabled, not h20: ")
-    assert "its reconciler runs" in missing["hint"]
-    assert "set by kubectl-label" in findings[("node-label-conflict", "node/h20-node-2")]["message"]
-
-
-def test_a_value_only_the_reconciler_owns_but_another_plan_gave_is_stale(cluster, gpupolicy):
-    fleet = cluster("fleet", context="fleet")
-    conflicts = fleet.server.managed["h20-node-1"].apply(
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "h20-node-1", "labels": {MIG: "h20-old"}}},
-        "gpupolicy-node-labels")
-    assert conflicts == []
-    result = gpupolicy("cluster", "verify", "-p", FLEET_SPEC, "--kubeconfig", fleet.kubeconfig, "-O", "json")
-    (stale,) = [f for f in json.loads(result.out)["findings"] if f["code"] == "node-label-stale"]
-    assert stale["message"] == ("nvidia.com/mig.config is 'h20-old' on node h20-node-1, set by gpupolicy's label "
-                                "reconciler from another label plan; class h20's plan wants 'h20'")
+# Who owns a label (a person's kubectl, the GPU Operator, the reconciler of another plan) is shown against the real
+# API server, which records the ownership itself: tests/kube/test_kube_cluster_verify.py.
 
 
 def test_a_missing_label_points_at_the_reconciler_that_sets_it(cluster, gpupolicy):

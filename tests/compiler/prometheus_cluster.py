@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from external_tools import require_tool
 
-from compiler.targets import admission_policy, admission_webhook, device_plugin, gpu_operator, hami, node_labels
+from compiler.targets import admission_webhook, device_plugin, gpu_operator, hami, node_labels
 from compiler.targets.monitoring import modes, rules
 from compiler.targets.monitoring import signals as sig
 from policy.resolved.resolve import ResolvedClass, ResolvedPolicy
@@ -624,7 +624,7 @@ def _unavailable(base: Cluster) -> Scenario | None:
 
 @scenario("GPUPolicyAdmissionPolicyErrors")
 def _policy_errors(base: Cluster) -> Scenario | None:
-    names = admission_policy.policy_names(base.resolved)
+    names = rules.watched_policies(base.resolved)
     if not names:
         return None
     typed = base.resolved.spec.kubernetes_minor >= sig.POLICY_CHECK_ERROR_TYPE_MINOR

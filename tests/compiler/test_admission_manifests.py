@@ -393,7 +393,8 @@ def test_the_network_policy_admits_the_serving_port_from_anywhere_metrics_from_p
 ) -> None:
     spec = rendered(fleet)["NetworkPolicy"]["spec"]
     assert spec["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}]}, SCRAPE_RULE]
-    assert spec["policyTypes"] == ["Ingress", "Egress"] and spec["egress"] == []
+    # Egress isolated with no rule: all egress denied (an `egress: []` would not be stored by the API server)
+    assert spec["policyTypes"] == ["Ingress", "Egress"] and "egress" not in spec
 
 
 def test_api_server_cidrs_restrict_the_serving_port_to_those_sources_and_leave_metrics_to_prometheus() -> None:

@@ -225,3 +225,15 @@ def test_alerts_only_for_what_the_cluster_runs(example_policy: Load) -> None:
 def test_monitoring_is_off_unless_the_spec_turns_it_on(example_policy: Load) -> None:
     tree = compile_policy(example_policy("tke-l20-t4", ("  monitoring:\n    enabled: true\n", "")))
     assert not any(p.startswith("monitoring/") for p in tree)
+
+
+def test_the_policy_errors_alert_watches_the_tenancy_guard_where_errors_can_be_told(example_policy: Load) -> None:
+    guard = "gpupolicy-tenant-labels.gpupolicy.dev"
+    fleet = resolve(example_policy("mixed-fleet"))  # 1.31: error_type tells an error from a verdict
+    assert guard in rules.watched_policies(fleet)
+    expr = alerts_of(rule_object(example_policy, "mixed-fleet"))["GPUPolicyAdmissionPolicyErrors"]["expr"]
+    # a regex alternative inside a PromQL string: the dots escaped, and the escape escaped
+    assert guard.replace(".", "\\\\.") in expr
+    # 1.30 has no error_type, and the guard fails closed: its errors count as denials, which nothing can tell apart
+    older = resolve(example_policy("mixed-fleet", ('kubernetesVersion: "1.31"', 'kubernetesVersion: "1.30"')))
+    assert guard not in rules.watched_policies(older)

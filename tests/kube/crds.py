@@ -49,11 +49,12 @@ def array(items: Schema) -> Schema:
     return {"type": "array", "items": items}
 
 
-def crd(group: str, version: str, kind: str, plural: str, spec: Schema, *, spec_required: bool = True) -> Schema:
+def crd(group: str, version: str, kind: str, plural: str, spec: Schema, *, spec_required: bool = True,
+        scope: str = "Namespaced") -> Schema:
     return {
         "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.{group}"},
-        "spec": {"group": group, "scope": "Namespaced",
+        "spec": {"group": group, "scope": scope,
                  "names": {"kind": kind, "listKind": f"{kind}List", "plural": plural, "singular": kind.lower()},
                  "versions": [{"name": version, "served": True, "storage": True,
                                "subresources": {"status": {}},
@@ -154,6 +155,31 @@ HELM_REPOSITORY = crd("source.toolkit.fluxcd.io", "v1", "HelmRepository", "helmr
     "insecure": BOOLEAN, "interval": string(), "timeout": string(), "suspend": BOOLEAN, "accessFrom": OPEN,
     "type": string(("default", "oci")), "provider": string(("generic", "aws", "azure", "gcp")),
 }, ("url",)))
+
+# --- nvidia.com/v1 ClusterPolicy --------------------------------------------------------------------------------
+
+
+def cluster_policy(release: Any) -> Schema:
+    """The GPU Operator's ClusterPolicy CRD as far as gpupolicy's table of it goes (policy/hardware/operator.py,
+    read from each release's nvidia.com_clusterpolicies.yaml, which the schema's $comment cites): the fields
+    gpupolicy writes typed, with the release's enums, defaults and required fields; every object open beside them,
+    so the many fields Helm sets that the table does not know are stored as they are (the upstream CRD types them
+    all; for ownership and conflicts what matters is that each is a field of its own)."""
+    from policy.hardware import operator
+
+    def structural(schema: Any) -> Any:
+        if not isinstance(schema, dict):
+            return schema
+        out = {k: structural(v) if k in ("items", "additionalProperties") else
+               {n: structural(s) for n, s in v.items()} if k == "properties" else v
+               for k, v in schema.items() if not k.startswith("$")}
+        if out.get("type") == "object" and "additionalProperties" not in out:
+            out["x-kubernetes-preserve-unknown-fields"] = True
+        return out
+
+    root = structural(operator.crd_schema(release))
+    return crd("nvidia.com", "v1", "ClusterPolicy", "clusterpolicies", root["properties"]["spec"], scope="Cluster")
+
 
 ALL: tuple[Schema, ...] = (CERTIFICATE, ISSUER, PROMETHEUS_RULE, SERVICE_MONITOR, POD_MONITOR, HELM_RELEASE,
                            HELM_REPOSITORY)

@@ -11,18 +11,22 @@ object.  Every case gets a name of its own (original name + case index) so the c
 from __future__ import annotations
 
 import copy
+import functools
 import re
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import polling
 import yaml
 from kube_api import Answer, KubeAPI
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "clusters"
+#: probe the API server until a change is seen: admission configuration takes effect through informers, a moment
+#: after it is stored, and later on a loaded machine
+poll = functools.partial(polling.poll, timeout=60.0)
 CLUSTERS = sorted(p.parent.name for p in EXAMPLES.glob("*/admission-tests.yaml"))
 Obj = dict[str, Any]
 
@@ -213,19 +217,6 @@ def send(api: KubeAPI, case: Case) -> Answer:
     if case.operation == "DELETE":
         return api.request("DELETE", f"{item(case.obj)}?dryRun=All")
     raise AssertionError(f"{case.id}: no request for operation {case.operation}")
-
-
-def poll(probe: Callable[[], Any], *, timeout: float = 60.0, what: str) -> Any:
-    """probe() until it returns something other than None (admission configuration takes effect through
-    informers, so a change is seen a moment after it is stored)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def documents(paths: Iterable[Path]) -> list[Obj]:

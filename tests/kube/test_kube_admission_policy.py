@@ -77,7 +77,7 @@ def cluster_api(cluster: str, directory: Path) -> Iterator[KubeAPI]:
         api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                     "metadata": {"name": "gpupolicy-probe"}})
         # kubectl's server-side apply, as Argo CD and Flux apply the tree: the server validates each policy
-        # (compiling every expression and bounding its estimated cost) and refuses it whole on any error
+        # (compiling every expression; no cost is bounded before a policy runs) and refuses it whole on any error
         applied = api.kubectl("apply", "--server-side", "--field-manager=gpupolicy-test", "-f", "-",
                               input="---\n".join(_yaml(o) for o in compiled_policies(cluster)))
         assert applied.stdout.count("serverside-applied") == len(compiled_policies(cluster)), applied.stdout

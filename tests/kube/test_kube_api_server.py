@@ -1,5 +1,6 @@
 """The API server the real-API tests run against (tests/kube_api.py): the pinned release, authentication by the
-static token only, and the API groups the compiled trees need, reachable from kubectl and the Python client."""
+static tokens only (the admin's, and the other identities', whom RBAC grants nothing), and the API groups the
+compiled trees need, reachable from kubectl and the Python client."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import urllib.request
 
 import kube_binaries
 import pytest
-from kube_api import KubeAPI
+from kube_api import IDENTITIES, KubeAPI
 
 pytestmark = pytest.mark.kube_api
 
@@ -38,6 +39,19 @@ def test_only_the_admin_token_gets_in(kube_api: KubeAPI) -> None:
     review = answer.body
     assert review["status"]["userInfo"]["username"] == "admin"
     assert "system:masters" in review["status"]["userInfo"]["groups"]
+
+
+@pytest.mark.parametrize("name", sorted(IDENTITIES))
+def test_each_other_identity_is_itself_and_granted_nothing(kube_api: KubeAPI, name: str) -> None:
+    answer = kube_api.request("POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                              {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}, identity=name)
+    assert answer.status == 201, answer.body
+    user = answer.body["status"]["userInfo"]
+    assert user["username"] == IDENTITIES[name].username
+    assert set(user["groups"]) == {*IDENTITIES[name].groups, "system:authenticated"}
+    refused = kube_api.request("GET", "/api/v1/namespaces", identity=name)
+    assert refused.status == 403 and refused.body["reason"] == "Forbidden"
+    assert f'User "{IDENTITIES[name].username}" cannot list resource "namespaces"' in refused.message
 
 
 def test_kubectl_reaches_it_through_the_kubeconfig(kube_api: KubeAPI) -> None:

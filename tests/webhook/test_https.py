@@ -11,15 +11,15 @@ import socket
 import ssl
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from cryptography import x509
+from polling import poll
 from prometheus_client.parser import text_string_to_metric_families
 from webhook_support import (
     V1,
@@ -45,7 +45,6 @@ GPUPOLICY = str(Path(sys.executable).parent / "gpupolicy")
 SERVICE_HOST = "gpupolicy-webhook.gpupolicy-system.svc"
 TKE = compiled_policy("tke-l20-t4")
 TKE_WARN = compiled_policy("tke-l20-t4", lambda t: t.replace("enforcement: enforce", "enforcement: warn"))
-T = TypeVar("T")
 
 
 # --- a client that behaves like kube-apiserver -----------------------------------------------------------
@@ -133,18 +132,6 @@ class Server:
         if self._connection is not None:
             self._connection.close()
             self._connection = None
-
-
-def poll(probe: Callable[[], T | None], *, timeout: float = 15.0, what: str = "condition") -> T:
-    """Call probe until it returns something other than None (no fixed sleeps: like the e2e marker loop)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result is not None:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def free_port() -> int:

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 from json_patch import apply_patch
-from test_https import Server, poll, start_server, stop_server
+from polling import poll
+from test_https import Server, start_server, stop_server
 from webhook_support import KubeletVolume, admission_review, compiled_policy
 
 from webhook.review import FIX_CAUSE

@@ -25,6 +25,7 @@ from compiler.targets import (
     hami,
     mig_manager,
     node_labels,
+    tenancy_guard,
 )
 from compiler.targets.monitoring import modes
 from compiler.targets.monitoring import signals as sig
@@ -504,15 +505,26 @@ def _replicas_disagree(ctx: Context) -> Expr | None:
     return cmp(digests, ">", number(1))
 
 
+def watched_policies(resolved: ResolvedPolicy) -> tuple[str, ...]:
+    """The compiled ValidatingAdmissionPolicies whose evaluation errors GPUPolicyAdmissionPolicyErrors reports:
+    the rules' and the tenancy guard's from 1.31 (error_type tells an error from a verdict); in 1.30, which has no
+    error_type, only the errors failurePolicy Ignore let through can be told (enforcement_action allow: a policy
+    counts an allow only for those), so the rules' under Ignore, and never the guard, which fails closed."""
+    spec = resolved.spec
+    if spec.kubernetes_minor >= sig.POLICY_CHECK_ERROR_TYPE_MINOR:
+        return (*admission_policy.policy_names(resolved), *tenancy_guard.policy_names(resolved))
+    if admission_policy.failure_policy(spec) == "Ignore":
+        return admission_policy.policy_names(resolved)
+    return ()  # 1.30 counts an error failurePolicy Fail turns into a denial as a denial: nothing to tell
+
+
 def _admission_policy_errors(ctx: Context) -> Expr | None:
     """Evaluations of the compiled ValidatingAdmissionPolicies that ended in an error (a compile or type error, or
-    the cost budget exhausted), not a verdict: from 1.31 by error_type; in 1.30, which has no error_type, the
-    errors failurePolicy Ignore let through (enforcement_action allow; a policy only counts an allow for those)."""
-    names = admission_policy.policy_names(ctx.resolved)
-    spec = ctx.resolved.spec
-    typed = spec.kubernetes_minor >= sig.POLICY_CHECK_ERROR_TYPE_MINOR
-    if not names or not (typed or admission_policy.failure_policy(spec) == "Ignore"):
-        return None  # 1.30 counts an error failurePolicy Fail turns into a denial as a denial: nothing to tell
+    the cost budget exhausted), not a verdict (watched_policies says which policies and how)."""
+    names = watched_policies(ctx.resolved)
+    typed = ctx.resolved.spec.kubernetes_minor >= sig.POLICY_CHECK_ERROR_TYPE_MINOR
+    if not names:
+        return None
     policies = one_of("policy", names)
     if typed:
         errors = _rate(sig.APISERVER_POLICY_CHECKS, "10m", policies, ne("error_type", "no_error"))
@@ -746,7 +758,8 @@ ALERTS: tuple[AlertSpec, ...] = (
         "Evaluations of {{ $labels.policy }} (binding {{ $labels.policy_binding }}) end in an error, not a "
         "verdict: the CEL ran out of its cost budget on a large pod, or does not compile on this API server. Its "
         "failurePolicy decides those requests: Ignore beside the webhook, which then decides alone; "
-        "admission.failurePolicy with admission.engine vap.",
+        "admission.failurePolicy with admission.engine vap; Fail for the tenancy guard, so a namespace label "
+        "change it cannot evaluate is refused.",
         _admission_policy_errors),
     AlertSpec(
         "GPUPolicyWebhookInternalErrors", _WEBHOOK, "warning", None,
