@@ -22,6 +22,7 @@ from policy.hardware import dra as facts
 from policy.kube import selectors
 from policy.resolved import dra
 from policy.resolved.resolve import ResolvedPolicy
+from policy.spec.model import ClusterGPUPolicy
 
 COMPONENT = "dra"
 VALUES_PATH = "dra-values.yaml"
@@ -136,3 +137,32 @@ def render_values_text(resolved: ResolvedPolicy) -> bytes:
     )
     return header.encode("utf-8") + serialize.dump_yaml(render_values(resolved))
 
+
+
+# ---------------------------------------------------------------- the webhook's claim entries
+
+#: What claim admission is sent (policy/admission/claims.py): templates and claims on CREATE, a claim's status on
+#: UPDATE (the scheduler reserving it for one more pod), and pods naming claims on CREATE. resource.k8s.io/v1
+#: resource names (types.go v0.34.10); matchPolicy Equivalent also sends v1beta1 and v1beta2 objects, converted.
+CLAIM_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("resource.k8s.io", ("resourceclaimtemplates", "resourceclaims"), ("CREATE",)),
+    ("resource.k8s.io", ("resourceclaims/status",), ("UPDATE",)),
+    ("", ("pods",), ("CREATE",)),
+)
+#: Pods reach these entries only when they name claims (the other entries take those asking for nvidia.com/*).
+CLAIM_CONDITIONS: tuple[tuple[str, str], ...] = (
+    ("claims-or-pods-naming-claims",
+     "request.resource.resource != 'pods' || (has(object.spec) && has(object.spec.resourceClaims))"),
+)
+
+
+def claim_webhooks(policy: ClusterGPUPolicy, entries: list[Obj]) -> list[Obj]:
+    """Beside each webhook entry (default and per tenant: the same namespaces and path), one for the DRA objects;
+    none without a DRA pool."""
+    if not any(nc.allocation == "dra" for nc in policy.spec.node_classes):
+        return []
+    rules = [{"apiGroups": [group], "apiVersions": ["v1"], "operations": list(operations),
+              "resources": list(resources), "scope": "Namespaced"} for group, resources, operations in CLAIM_RULES]
+    conditions = [{"name": n, "expression": e} for n, e in CLAIM_CONDITIONS]
+    return [{**entry, "name": f"claims.{entry['name']}", "rules": rules, "matchConditions": conditions}
+            for entry in entries]
