@@ -48,8 +48,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from compiler import objects
-from compiler.targets import dra
 from compiler.objects import Obj
+from compiler.targets import dra
 from policy.checks.tenants import tenant_requirements, tenant_selector_too_complex
 from policy.kube import selectors
 from policy.resolved import offers

@@ -1,4 +1,4 @@
-"""The DRA target of examples/clusters/dra-mixed: the driver's values, DeviceClasses, templates, quotas, claim webhooks."""
+"""The DRA target of examples/clusters/dra-mixed: driver values, DeviceClasses, templates, quotas, claim webhooks."""
 
 from __future__ import annotations
 
