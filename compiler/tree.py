@@ -14,6 +14,7 @@ from compiler.targets import (
     admission_webhook,
     device_plugin,
     dra,
+    dra_admission,
     feature_discovery,
     flux,
     gpu_operator,
@@ -128,8 +129,9 @@ def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
         out["device-plugin"] = {"configmap": gpu_operator.render_operator_configs(resolved)}
     if resolved.vgpu_classes:
         out["hami"] = hami.render_hami(resolved)
-    if resolved.dra_classes and (claims := dra.render_dra(resolved)):
-        out[dra.COMPONENT] = claims
+    if resolved.dra_classes and (claims := {**dra.render_dra(resolved),
+                                            **dra_admission.render_claims_policies(resolved)}):
+        out[dra.COMPONENT] = dict(sorted(claims.items()))
     if resolved.has_mig:
         out["mig"] = {"configmap": mig_parted.render_config_map(resolved)}
     if plugin.deploy == "standalone":

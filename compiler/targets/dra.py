@@ -166,3 +166,4 @@ def claim_webhooks(policy: ClusterGPUPolicy, entries: list[Obj]) -> list[Obj]:
     conditions = [{"name": n, "expression": e} for n, e in CLAIM_CONDITIONS]
     return [{**entry, "name": f"claims.{entry['name']}", "rules": rules, "matchConditions": conditions}
             for entry in entries]
+
