@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from policy.hardware import dra as facts
 from policy.kube import quantity
@@ -32,9 +32,8 @@ from policy.spec.diagnostics import Diagnostic, Path
 
 ClaimRule = Literal["dra-class-denied", "dra-class-not-compiled", "dra-allocation-all", "dra-admin-access",
                     "dra-count-above-node", "dra-claim-config-override", "dra-mps-out-of-range"]
-CLAIM_RULES: tuple[ClaimRule, ...] = ("dra-class-denied", "dra-class-not-compiled", "dra-allocation-all",
-                                      "dra-admin-access", "dra-count-above-node", "dra-claim-config-override",
-                                      "dra-mps-out-of-range")
+#: The claim rules are always enforced: they guard the tenant boundary the ResourceQuota also holds (docs/dra.md).
+CLAIM_RULES: tuple[ClaimRule, ...] = get_args(ClaimRule)
 CLAIM_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
 GROUP = "resource.k8s.io"
 NVIDIA_SUFFIX = ".nvidia.com"
