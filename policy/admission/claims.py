@@ -67,9 +67,13 @@ class ClaimPolicy:
         return frozenset.intersection(*found)
 
 
-def is_claim(obj: Mapping[str, Any]) -> bool:
-    api = obj.get("apiVersion")
-    return obj.get("kind") in CLAIM_KINDS and isinstance(api, str) and api.startswith(GROUP + "/")
+def is_claim(obj: Any) -> bool:
+    """A ResourceClaim or ResourceClaimTemplate of resource.k8s.io (any version); anything else, however malformed,
+    is not."""
+    if not isinstance(obj, Mapping):
+        return False
+    kind, api = obj.get("kind"), obj.get("apiVersion")
+    return isinstance(kind, str) and kind in CLAIM_KINDS and isinstance(api, str) and api.startswith(GROUP + "/")
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

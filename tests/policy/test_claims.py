@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from policy.admission.engine import Engine
 from policy.resolved.offers import build_admission_policy
@@ -119,3 +121,24 @@ def test_a_claim_based_pod_naming_a_template_of_a_class_its_tenant_may_not_use_i
 def test_a_pod_naming_a_template_the_review_cannot_see_is_left_to_the_templates_own_review(engine: Engine) -> None:
     pod = demo("gpu-test1.yaml", "Pod")  # single-gpu: a template of the namespace's own, judged at its CREATE
     assert engine.evaluate(pod, tenants=["dev"]).allowed
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+                         st.sampled_from(["spec", "devices", "requests", "exactly", "firstAvailable", "config",
+                                          "opaque", "driver", "parameters", "sharing", "mpsConfig", "count",
+                                          "deviceClassName", "allocationMode", "adminAccess", "status",
+                                          "reservedFor", "resourceClaims", "resourceClaimTemplateName"]),
+                         inner, max_size=4), max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(body=_JSON, kind=st.sampled_from(["ResourceClaim", "ResourceClaimTemplate", "Pod"]), old=_JSON,
+       operation=st.sampled_from(["CREATE", "UPDATE"]))
+def test_any_claim_shaped_input_gets_a_decision(engine: Engine, body: Any, kind: str, old: Any,
+                                                operation: str) -> None:
+    api = "v1" if kind == "Pod" else "resource.k8s.io/v1"
+    obj = {"apiVersion": api, "kind": kind, "metadata": {"name": "x"}, "spec": body, "status": body}
+    old_obj = {"apiVersion": api, "kind": kind, "metadata": {"name": "x"}, "spec": old, "status": old}
+    decision = engine.evaluate(obj, tenants=["research"], operation=operation, old_obj=old_obj)
+    assert decision.allowed in (True, False)
