@@ -129,9 +129,13 @@ def _request_findings(policy: ClaimPolicy, allowed: frozenset[str], who: str, cl
     dc = policy.classes.get(class_name)
     where = (*path, "deviceClassName")
     if dc is None and (class_name.endswith(NVIDIA_SUFFIX) or class_name == facts.DRIVER):
+        fix = _use(allowed) if policy.classes else (
+            "this cluster's policy compiles no DRA class, so no claim for NVIDIA's driver is ever allocated: ask for "
+            "the GPU with resources.limits (nvidia.com/gpu and the like, which the device plugin serves), or ask the "
+            "platform team for a class with allocation: dra")
         yield Diagnostic("dra-class-not-compiled", f"the request asks for DeviceClass {class_name}, which this "
                          "policy does not compile: NVIDIA's own classes select every GPU of the driver, with no "
-                         "sharing config and no tenant rule", where, _use(allowed))
+                         "sharing config and no tenant rule", where, fix)
         return
     if dc is None:
         return  # not a GPU class (a NIC, another vendor's device): not this policy's business

@@ -142,3 +142,10 @@ def test_any_claim_shaped_input_gets_a_decision(engine: Engine, body: Any, kind:
     old_obj = {"apiVersion": api, "kind": kind, "metadata": {"name": "x"}, "spec": old, "status": old}
     decision = engine.evaluate(obj, tenants=["research"], operation=operation, old_obj=old_obj)
     assert decision.allowed in (True, False)
+
+
+def test_a_cluster_without_a_dra_pool_says_no_claim_for_nvidias_driver_is_ever_allocated(example_policy: Load) -> None:
+    plain = Engine(build_admission_policy(example_policy("mixed-fleet")))
+    decision = plain.evaluate(demo("gpu-test1.yaml", "ResourceClaimTemplate"), tenants=["dev"])
+    assert codes(decision) == ["dra-class-not-compiled"]
+    assert "compiles no DRA class" in decision.diagnostics[0].hint
