@@ -5,13 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from compiler import operator_fields, serialize
+from compiler import dra_report, operator_fields, serialize
 from compiler.targets import admission_policy, flux, gpu_operator, namespaces, tenancy_guard
 from compiler.targets import hami as hami_target
 from compiler.targets.monitoring import collectors
 from compiler.targets.monitoring import rules as monitoring_rules
 from policy import checks
 from policy.checks import advice
+from policy.hardware import dra as dra_facts
 from policy.hardware import labels, releases
 from policy.resolved.resolve import GPU, Offer, ResolvedClass, ResolvedPolicy
 from policy.resolved.vgpu_scope import hami_scope
@@ -145,6 +146,7 @@ class CapacityReport:
     findings: tuple[Finding, ...]
     notes: tuple[str, ...]
     monitoring: MonitoringReport | None = None
+    dra: dra_report.DraReport | None = None
 
     @property
     def counted(self) -> tuple[ClassReport, ...]:
@@ -181,6 +183,8 @@ class CapacityReport:
                           "hint": f.hint} for f in self.findings],
             "notes": list(self.notes),
             "monitoring": self.monitoring.to_dict() if self.monitoring else None,
+            # Only trees with a DRA pool have the key, so the others' report.json stays as it was.
+            **({"dra": self.dra.to_dict()} if self.dra else {}),
         }
 
 
@@ -230,6 +234,7 @@ def build_report(resolved: ResolvedPolicy) -> CapacityReport:
         findings=findings,
         notes=_notes(resolved),
         monitoring=_monitoring(resolved),
+        dra=dra_report.build(resolved),
     )
 
 
@@ -521,6 +526,8 @@ def render_markdown(report: CapacityReport) -> str:
     lines += ["", "## Per class", "", _class_table(report)]
     for c in report.classes:
         lines += ["", *_class_section(c, report.plugin_version)]
+    if report.dra is not None:
+        lines += ["", "## DRA pool", "", *dra_report.markdown(report.dra)]
     lines += ["", "## Node labels", "", *_label_plan(report)]
     lines += ["", "## Warnings and advice", ""]
     lines += [f"- {f.severity} `{f.code}` at `{f.path}`: {f.message}" + (f" Fix: {f.hint}" if f.hint else "")
@@ -561,7 +568,7 @@ def _class_section(c: ClassReport, plugin: str) -> list[str]:
         if not s.memory_enforced:
             memory += f", not enforced ({s.replicas} slots share one {s.device_memory_mib} MiB device)"
         what = f"{s.mig_profile} instances, which device plugin {plugin} advertises as `{s.resource}`; " \
-            if s.renamed else ""
+            if s.renamed and not s.resource.startswith(dra_facts.IMPLICIT_PREFIX) else ""
         out.append(f"- After: {s.per_node} `{s.resource}` per node ({per}); {what}{memory}; "
                    f"isolation: {s.isolation}")
     out += [f"- {line}" for line in c.details]

@@ -13,6 +13,8 @@ from compiler.targets import (
     admission_policy,
     admission_webhook,
     device_plugin,
+    dra,
+    dra_admission,
     feature_discovery,
     flux,
     gpu_operator,
@@ -108,6 +110,8 @@ def build_tree(resolved: ResolvedPolicy) -> Tree:
         files[report.picture_path(rc.name)] = pictures.class_picture(rc)
     if resolved.vgpu_classes:
         files[hami.VALUES_PATH] = hami.render_values_text(resolved)
+    if resolved.dra_classes:
+        files[dra.VALUES_PATH] = dra.render_values_text(resolved)
     capacity = report.build_report(resolved)
     files["REPORT.md"] = report.render_markdown(capacity).encode("utf-8")
     files["report.json"] = serialize.dump_json(capacity.to_dict())
@@ -125,6 +129,9 @@ def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
         out["device-plugin"] = {"configmap": gpu_operator.render_operator_configs(resolved)}
     if resolved.vgpu_classes:
         out["hami"] = hami.render_hami(resolved)
+    if resolved.dra_classes and (claims := {**dra.render_dra(resolved),
+                                            **dra_admission.render_claims_policies(resolved)}):
+        out[dra.COMPONENT] = dict(sorted(claims.items()))
     if resolved.has_mig:
         out["mig"] = {"configmap": mig_parted.render_config_map(resolved)}
     if plugin.deploy == "standalone":
@@ -133,7 +140,7 @@ def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
             out["mig-manager"] = managers
         if plugin.labels_nodes:
             names = {nc.name: out["device-plugin"][f"configmap-{nc.name}"]["metadata"]["name"]
-                     for nc in resolved.classes}
+                     for nc in resolved.classes if not nc.dra}
             out["feature-discovery"] = feature_discovery.render_feature_discovery(resolved, names)
     elif (dcgm := monitoring.render_dcgm_metrics(resolved)) is not None:
         out[DCGM_COMPONENT] = {"configmap": dcgm}

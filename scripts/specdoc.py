@@ -64,6 +64,15 @@ VERSION_GATES: tuple[Gate, ...] = (
     Gate("spec.nodeClasses[].sharing.mps.failRequestsGreaterThanOne", "false", "device plugin", "v0.20.0",
          "a warning below it: v0.15 to v0.19 force it to true, and the compiled config and admission say so",
          "version-unsupported-feature", "k8s-device-plugin v0.15.0 and v0.20.0 api/config/v1/config.go"),
+    Gate("spec.nodeClasses[].allocation", "dra", "Kubernetes", "1.34",
+         "resource.k8s.io/v1 (DRA GA)", "dra-kubernetes-too-old",
+         "k8s.io/api v0.34 resource/v1/types.go, introduced=1.34"),
+    Gate("spec.nodeClasses[].sharing.timeSlicing", "allocation: dra", "NVIDIA DRA driver", "v0.5.0",
+         "the ConsumableShares gate (several claims on one GPU)", "dra-gate-needs-release",
+         "dra-driver-nvidia-gpu pkg/featuregates/featuregates.go at v0.5.0-dev (95932046)"),
+    Gate("spec.dra.kubernetesFeatureGates", "DRAConsumableCapacity", "Kubernetes", "1.36",
+         "on by default there; below it, time-sliced DRA classes need the gate enabled and listed here",
+         "dra-kubernetes-gate-off", "KEP-5075"),
     Gate("spec.hami.version", None, "HAMi", "v2.10.0",
          "the formats and webhook behaviour gpupolicy writes and checks for; a newer minor is a warning",
          "hami-unsupported-version",
@@ -204,6 +213,25 @@ CODE_HELP: dict[str, tuple[str, str]] = {
     "driver-too-old": (_SEMANTIC, "gpu.driverVersion is older than what the class needs: MIG on its GPU, a MIG "
                                   "profile or combination that came later (A100-40GB 1g.10gb needs R525), or the MPS "
                                   "control daemon's per-client memory limit (R495)."),
+    "dra-kubernetes-too-old": (_SEMANTIC, "A class uses allocation: dra on a Kubernetes version without "
+                                          "resource.k8s.io/v1 (GA from 1.34)."),
+    "dra-unknown-driver-version": (_SEMANTIC, "spec.dra.version is not a release of NVIDIA's DRA driver whose "
+                                              "feature gates gpupolicy knows."),
+    "dra-gate-needs-release": (_SEMANTIC, "A DRA class's sharing needs a driver feature gate the targeted driver "
+                                          "release does not have; the message names the first release with it."),
+    "dra-kubernetes-gate-off": (_SEMANTIC, "A driver gate the DRA pool needs rests on an alpha Kubernetes gate that "
+                                           "is off in the targeted version and not listed in "
+                                           "spec.dra.kubernetesFeatureGates."),
+    "dra-gates-exclusive": (_SEMANTIC, "The DRA pool needs two driver gates that exclude each other (MPS with "
+                                       "consumable shares or dynamic MIG, ...)."),
+    "dra-unsupported-sharing": (_SEMANTIC, "A DRA class uses a sharing mode NVIDIA's DRA driver cannot express "
+                                           "(vgpu, time-sliced MIG devices)."),
+    "dra-consumable-shares-driver-wide": (_SEMANTIC, "Time-sliced DRA classes need one consumable-shares number for "
+                                                     "the whole driver, which would also share the other DRA classes."),
+    "dra-classes-indistinguishable": (_SEMANTIC, "Two DRA classes have the same GPU, which no DeviceClass selector "
+                                                 "can tell apart (it sees devices, never nodes)."),
+    "dra-tenant-namespaces-unnamed": (_SEMANTIC, "A tenant may claim DRA devices, but its selector names no "
+                                                 "namespace to write its ResourceClaimTemplates and quota into."),
 }
 
 #: Admission rule ids (the `code` of admission diagnostics); troubleshooting is in docs/operations.md.

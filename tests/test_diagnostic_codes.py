@@ -16,6 +16,7 @@ from typing import get_args
 import pytest
 
 from cluster.verify import FindingCode
+from policy.admission.claims import ClaimRule
 from policy.checks.advice import AdviceCode
 from policy.spec.diagnostics import Code, InventoryCode, NoticeCode
 from policy.spec.model import RuleId
@@ -25,7 +26,7 @@ PACKAGES = ("policy", "compiler", "cluster", "webhook", "cli")
 DOCS = REPO / "docs"
 CODE_SHAPED = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
 DIAGNOSTIC_CODES = frozenset(get_args(Code)) | frozenset(get_args(InventoryCode)) | frozenset(get_args(NoticeCode)) \
-    | frozenset(get_args(AdviceCode)) | frozenset(get_args(RuleId))
+    | frozenset(get_args(AdviceCode)) | frozenset(get_args(RuleId)) | frozenset(get_args(ClaimRule))
 FINDING_CODES = frozenset(get_args(FindingCode)) | frozenset(get_args(Code))  # verify repeats driver-too-old
 
 
@@ -102,7 +103,7 @@ def _parameter_of_typed_helper(name: str, call: ast.Call, scopes: list[ast.Funct
         if scope.lineno <= call.lineno <= (scope.end_lineno or scope.lineno):
             for arg in scope.args.args:
                 if arg.arg == name and arg.annotation is not None and ast.unparse(arg.annotation) in (
-                        "AdviceCode", "Code", "InventoryCode", "NoticeCode", "RuleId", "FindingCode"):
+                        "AdviceCode", "Code", "InventoryCode", "NoticeCode", "RuleId", "FindingCode", "ClaimRule"):
                     return True
     return False
 
@@ -146,6 +147,7 @@ DOCUMENTED = [
     *((code, "operations.md", f"#### {code}\n") for code in get_args(RuleId)),
     *((code, "plan.md", f"| `{code}` |") for code in get_args(InventoryCode)),
     *((code, "spec-reference.md", f"`{code}`") for code in get_args(AdviceCode)),
+    *((code, "dra.md", f"| `{code}` |") for code in get_args(ClaimRule)),
 ]
 
 

@@ -49,6 +49,7 @@ from typing import Any
 
 from compiler import objects
 from compiler.objects import Obj
+from compiler.targets import dra
 from policy.checks.tenants import tenant_requirements, tenant_selector_too_complex
 from policy.kube import selectors
 from policy.resolved import offers
@@ -441,6 +442,7 @@ def _webhook_configuration(policy: ClusterGPUPolicy) -> Obj:
                  [excluded, *tenant_requirements(t)])
         for _, t in tenants
     ]
+    entries += dra.claim_webhooks(policy, entries)  # DRA claims and templates (compiler/targets/dra.py)
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",

@@ -134,8 +134,8 @@ def render_standalone(resolved: ResolvedPolicy) -> dict[str, Obj]:
     policy = resolved.policy
     out: dict[str, Obj] = {}
     for node_class in sorted(resolved.classes, key=lambda nc: nc.name):
-        if node_class.vgpu is not None and not policy.spec.device_plugin.labels_nodes:
-            continue
+        if node_class.dra or (node_class.vgpu is not None and not policy.spec.device_plugin.labels_nodes):
+            continue  # NVIDIA's DRA driver serves DRA classes (compiler.targets.dra)
         config_map = _class_config_map(policy, node_class)
         name = config_map["metadata"]["name"]
         out[f"configmap-{node_class.name}"] = config_map

@@ -28,7 +28,7 @@ def daemonset_name(node_class: str) -> str:
 def render_feature_discovery(resolved: ResolvedPolicy, config_maps: dict[str, str]) -> dict[str, Obj]:
     """File stem -> DaemonSet per class (config_maps: class -> its device-plugin ConfigMap's name)."""
     return {f"daemonset-{nc.name}": _daemon_set(resolved, nc, config_maps[nc.name])
-            for nc in sorted(resolved.classes, key=lambda nc: nc.name)}
+            for nc in sorted(resolved.classes, key=lambda nc: nc.name) if nc.name in config_maps}
 
 
 def _image(resolved: ResolvedPolicy) -> tuple[str, list[str]]:

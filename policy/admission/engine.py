@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from policy.admission import budget, remedies
+from policy.admission import budget, claims, remedies
 from policy.admission.rules import (
     RULES,
     Access,
@@ -155,6 +155,7 @@ class Engine:
         self._carries = {pair: frozenset(found) for pair, found in carries.items()}
         self._fitting: dict[tuple[tuple[str, int], ...], tuple[tuple[int, ...], tuple[ClassView, ...]]] = {}
         self._lacks: dict[str, frozenset[int]] = {}
+        self._claims = claims.ClaimPolicy.build(policy)  # DRA claims (policy.admission.claims)
         self._hami = HamiAdmission.build(policy)  # vGPU pods see only the vgpu classes (policy.admission.vgpu)
         self._memo: dict[tuple[tuple[str, ...], bytes], tuple[bool, tuple[Diagnostic, ...]] | None] = {}
         self._memo_size = memo_size
@@ -195,6 +196,10 @@ class Engine:
         """
         if not isinstance(operation, str) or operation not in EVALUATED_OPERATIONS:
             return ALLOWED
+        if claims.is_claim(obj) or (self._claims.classes and isinstance(obj, Mapping)):
+            denied = self._claim_decision(obj, tenants, operation, old_obj)
+            if denied is not None:
+                return denied
         workload = find_workload(obj)
         if workload is None:
             return _unchecked(obj)
@@ -219,6 +224,23 @@ class Engine:
             return ALLOWED  # no GPU request
         allowed, diagnostics = judged
         return Decision(allowed, diagnostics, workload.subject)
+
+    def _claim_decision(self, obj: Mapping[str, Any], tenants: Sequence[str], operation: str,
+                        old_obj: Mapping[str, Any] | None) -> Decision | None:
+        """DRA claims and templates, and the templates a pod names (policy/admission/claims.py): their decision,
+        or None to judge the object as a workload. Claim rules are always enforced, like gpu-request-invalid."""
+        who = self.access(tenants).who
+        if claims.is_claim(obj):
+            found = claims.claim_findings(self._claims, obj, _tenant_names(tenants), who, operation, old_obj)
+            return Decision(not found, found, f"{obj.get('kind')} {object_name(obj.get('metadata'))}")
+        workload = find_workload(obj)
+        if workload is not None and operation == "UPDATE":
+            old = find_workload(old_obj) if isinstance(old_obj, Mapping) else None
+            if old is not None and old.pod_spec.get("resourceClaims") == workload.pod_spec.get("resourceClaims"):
+                return None  # the claims it names are unchanged: never denied for them now
+        found = claims.pod_findings(self._claims, workload.pod_spec, workload.spec_path, _tenant_names(tenants),
+                                    who) if workload is not None else ()
+        return Decision(False, found, workload.subject) if found and workload is not None else None
 
     def _judge(self, template: Mapping[str, Any], workload: Workload, tenants: tuple[str, ...],
                request: GpuRequest | None, expired: budget.Expired) -> tuple[bool, tuple[Diagnostic, ...]] | None:

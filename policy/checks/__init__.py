@@ -15,6 +15,7 @@ from policy.checks.classes import (
     check_unique_names,
 )
 from policy.checks.common import Check
+from policy.checks.dra import DRA_CHECKS
 from policy.checks.sharing import check_mig, check_mps, check_replicas
 from policy.checks.tenancy import check_tenancy, tenant_label_keys
 from policy.checks.tenants import check_tenants
@@ -59,6 +60,7 @@ CHECKS: tuple[Check, ...] = (
     check_tenants,
     check_tenancy,
     *HAMI_CHECKS,
+    *DRA_CHECKS,
 )
 
 NOTES: tuple[Check, ...] = (tenant_label_keys,)

@@ -6,12 +6,14 @@ from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from policy.resolved import dra
 from policy.resolved.resolve import GPU, Isolation, ResolvedClass, ResolvedPolicy, resolve
 from policy.resolved.vgpu_scope import hami_scope
 from policy.spec.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, SharingMode
 
 __all__ = ["ADMISSION_POLICY_VERSION", "ALL_RULES", "ALWAYS_ENFORCED", "GPU", "AdmissionPolicy", "ClassDoc",
-           "HamiDoc", "OfferDoc", "TaintDoc", "TenantDoc", "VgpuClassDoc", "build_admission_policy"]
+           "DraClassDoc", "DraDoc", "HamiDoc", "OfferDoc", "TaintDoc", "TenantDoc", "VgpuClassDoc",
+           "build_admission_policy"]
 
 ADMISSION_POLICY_VERSION = "gpupolicy.dev/admission/v1"
 
@@ -105,6 +107,31 @@ class HamiDoc(_Doc):
     classes: tuple[VgpuClassDoc, ...]
 
 
+class DraClassDoc(_Doc):
+    """One compiled DeviceClass, as claim admission judges requests for it (policy/resolved/dra.py)."""
+
+    name: str
+    node_class: str
+    mode: str
+    devices_per_node: int = Field(ge=0)
+    """The most devices of the class one request can get: they all come from the pod's one node."""
+    memory_mib: int = Field(ge=0)
+    configured: bool
+    """The class carries the driver's sharing config, which a claim's own config would override."""
+    template: str
+    """The ResourceClaimTemplate each namespace that may use the class holds."""
+
+
+class DraDoc(_Doc):
+    """The DRA pool: its DeviceClasses and, per tenant, the ones it may claim (from the spec, compiled once)."""
+
+    classes: tuple[DraClassDoc, ...]
+    tenants: dict[str, tuple[str, ...]]
+    """Tenant name -> the DeviceClasses it may use."""
+    default: tuple[str, ...]
+    """The DeviceClasses a namespace no tenant selects may use (admission.defaultAllow)."""
+
+
 class AdmissionPolicy(_Doc):
     """The compiled admission policy: all the rule engine needs, nothing it must derive."""
 
@@ -117,12 +144,17 @@ class AdmissionPolicy(_Doc):
     """Effective mode of every rule."""
     hami: HamiDoc | None = None
     """The HAMi install, when a class uses vgpu."""
+    dra: DraDoc | None = None
+    """The DRA pool, when a class uses allocation: dra (left out of the JSON otherwise)."""
 
     def to_json(self) -> str:
         """Deterministic JSON: sorted keys, two-space indent, final newline."""
         import json
 
-        return json.dumps(self.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+        data = self.model_dump(mode="json")
+        if data.get("dra") is None:
+            data.pop("dra", None)
+        return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
     @classmethod
     def from_json(cls, text: str | bytes) -> AdmissionPolicy:
@@ -163,7 +195,19 @@ def build_admission_policy(policy: ClusterGPUPolicy | ResolvedPolicy) -> Admissi
         default_allow=spec.admission.default_allow,
         rules=rules,
         hami=_hami_doc(resolved),
+        dra=_dra_doc(resolved),
     )
+
+
+def _dra_doc(resolved: ResolvedPolicy) -> DraDoc | None:
+    classes = dra.device_classes(resolved)
+    if not classes:
+        return None
+    docs = tuple(DraClassDoc(name=c.name, node_class=c.node_class, mode=c.mode, devices_per_node=c.devices_per_node,
+                             memory_mib=c.memory_mib, configured=c.parameters is not None, template=c.template_name)
+                 for c in classes)
+    return DraDoc(classes=docs, tenants={t.tenant: t.classes for t in dra.tenants(resolved, classes)},
+                  default=dra.default_classes(resolved.spec, classes))
 
 
 def _hami_doc(resolved: ResolvedPolicy) -> HamiDoc | None:

@@ -9,11 +9,12 @@ can disagree.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from policy.hardware import catalog, drivers, labels, operator, releases, sizing
+from policy.hardware import catalog, dra, drivers, labels, operator, releases, sizing
 from policy.hardware.releases import GPU, MIG_PREFIX, Advertised
 from policy.spec.model import ClusterGPUPolicy, DevicePlugin, NodeClass, SharingMode, Spec, Taint, Tenant
 from policy.vgpu import hami
@@ -188,6 +189,12 @@ class ResolvedClass:
         return self.spec.sharing.mode
 
     @property
+    def dra(self) -> bool:
+        """NVIDIA's DRA driver serves the class (allocation: dra): its offers are its DeviceClasses' extended
+        resources (policy.resolved.dra)."""
+        return self.spec.allocation == "dra"
+
+    @property
     def mode_name(self) -> str:
         """The class's mode as every output names it (class_mode_name)."""
         return class_mode_name(self.mode, (o.modes for o in self.offers))
@@ -247,8 +254,13 @@ class ResolvedPolicy:
 
     @property
     def plugin_classes(self) -> tuple[ResolvedClass, ...]:
-        """The classes NVIDIA's device plugin serves: every class but the vgpu ones, in spec order."""
-        return tuple(c for c in self.classes if c.vgpu is None)
+        """The classes NVIDIA's device plugin serves: every class but the vgpu and DRA ones, in spec order."""
+        return tuple(c for c in self.classes if c.vgpu is None and not c.dra)
+
+    @property
+    def dra_classes(self) -> tuple[ResolvedClass, ...]:
+        """The classes NVIDIA's DRA driver serves (allocation: dra), by name."""
+        return tuple(sorted((c for c in self.classes if c.dra), key=lambda c: c.name))
 
     def by_name(self) -> dict[str, ResolvedClass]:
         return {c.name: c for c in self.classes}
@@ -277,14 +289,48 @@ def resolve(policy: ClusterGPUPolicy) -> ResolvedPolicy:
     has_mig = any(nc.sharing.mig is not None for nc in spec.node_classes)
     plugin = spec.device_plugin
     if plugin.deploy != "gpu-operator":
-        return ResolvedPolicy(policy, tuple(_resolve_class(spec, nc, has_mig, "") for nc in spec.node_classes))
+        return ResolvedPolicy(policy, _dra_offers(spec, tuple(_resolve_class(spec, nc, has_mig, "")
+                                                            for nc in spec.node_classes)))
     wanted = plugin.operator.version
     release = operator.release(wanted) if wanted else operator.shipping(plugin.version_tuple)
     # A vgpu class gets no operator config (HAMi's plugin serves it), so it can never be the default one.
     only = spec.node_classes[0] if len(spec.node_classes) == 1 else None
     default = only.name if only is not None and only.sharing.vgpu is None else ""
-    classes = tuple(_resolve_class(spec, nc, has_mig, default) for nc in spec.node_classes)
+    classes = _dra_offers(spec, tuple(_resolve_class(spec, nc, has_mig, default) for nc in spec.node_classes))
     return ResolvedPolicy(policy, classes, release, default)
+
+
+def bridge_available(spec: Spec) -> bool:
+    """DeviceClass.spec.extendedResourceName works: DRAExtendedResource is on (alpha 1.34, on by default 1.36;
+    k8s.io/api resource/v1/types.go v0.34.10 L1692 ``+featureGate=DRAExtendedResource``)."""
+    return spec.kubernetes_minor >= dra.KUBERNETES_GATES["DRAExtendedResource"].default_on or (
+        "DRAExtendedResource" in spec.dra.kubernetes_feature_gates)
+
+
+def _bridge_candidate(offer: Offer) -> str | None:
+    """The extended resource a pod of the device plugin's world asks for this offer by: whole GPUs and unshared MIG
+    devices only (a bridged claim carries no config of its own, and a shared one's count semantics differ)."""
+    return offer.resource if offer.replicas == 1 and offer.modes in (("exclusive",), ("mig",)) else None
+
+
+def _dra_offers(spec: Spec, classes: tuple[ResolvedClass, ...]) -> tuple[ResolvedClass, ...]:
+    """DRA classes offer their DeviceClasses' extended resources (KEP-5004): the device plugin's name
+    (nvidia.com/gpu, nvidia.com/mig-1g.10gb) where extendedResourceName can carry it and no other class offers it,
+    else the implicit deviceclass.resource.kubernetes.io/<class> (reference dra-hami.md A5)."""
+    if not any(c.dra for c in classes):
+        return classes
+    taken = {o.resource for c in classes if not c.dra for o in c.offers}
+    wanted = Counter(name for c in classes if c.dra for o in c.offers if (name := _bridge_candidate(o)))
+    bridged = bridge_available(spec)
+
+    def rename(offer: Offer, node_class: str) -> Offer:
+        name = _bridge_candidate(offer)
+        if bridged and name is not None and name not in taken and wanted[name] == 1:
+            return offer
+        device_class = dra.device_class_name(node_class, mode_name(offer.modes), offer.mig_profile)
+        return replace(offer, resource=dra.implicit_resource(device_class))
+
+    return tuple(replace(c, offers=tuple(rename(o, c.name) for o in c.offers)) if c.dra else c for c in classes)
 
 
 def _resolve_class(spec: Spec, node_class: NodeClass, has_mig: bool, default_config: str) -> ResolvedClass:
@@ -299,7 +345,8 @@ def _resolve_class(spec: Spec, node_class: NodeClass, has_mig: bool, default_con
     advertised = _advertised(release, node_class, model)
     whole = _whole_gpus(node_class)
     offers = _offers(spec, release, node_class, model, memory, computed, replicas, vgpu, advertised, whole)
-    mps_daemon = node_class.sharing.mps is not None and release.mps != "absent"
+    # Under DRA the driver starts an MPS daemon per claim (dra-hami.md A3), not the device plugin's per node.
+    mps_daemon = node_class.sharing.mps is not None and release.mps != "absent" and node_class.allocation != "dra"
     mig_config = _mig_config(plugin, node_class, model, has_mig)
     required = _required_labels(plugin, node_class, mig_config, mps_daemon, default_config)
     return ResolvedClass(
@@ -529,9 +576,10 @@ def _required_labels(plugin: DevicePlugin, node_class: NodeClass, mig_config: st
     control daemon runs only where nvidia.com/mps.capable=true (Helm chart nodeSelector).
     """
     found: dict[str, str] = {}
-    if plugin.deploy == "gpu-operator" and node_class.sharing.vgpu is not None:
-        # HAMi's device plugin serves these nodes: the operator's must not run there too (HAMi FAQ;
-        # GPU Operator per-node deploy labels).
+    if plugin.deploy == "gpu-operator" and (node_class.sharing.vgpu is not None or node_class.allocation == "dra"):
+        # HAMi's device plugin or NVIDIA's DRA kubelet plugin serves these nodes: the operator's must not run there
+        # too (HAMi FAQ; the DRA chart refuses to share a node with it, dra-hami.md A1; GPU Operator per-node deploy
+        # labels).
         found[labels.DEVICE_PLUGIN_DEPLOY] = "false"
     elif plugin.deploy == "gpu-operator" and node_class.name != default_config:
         found[labels.DEVICE_PLUGIN_CONFIG] = node_class.name

@@ -91,6 +91,15 @@ Code = Literal[
     "mig-clients-namespace-split",
     "gpu-model-typo",
     "driver-too-old",
+    "dra-kubernetes-too-old",
+    "dra-unknown-driver-version",
+    "dra-gate-needs-release",
+    "dra-kubernetes-gate-off",
+    "dra-gates-exclusive",
+    "dra-unsupported-sharing",
+    "dra-consumable-shares-driver-wide",
+    "dra-classes-indistinguishable",
+    "dra-tenant-namespaces-unnamed",
 ]
 
 #: Codes of the workload inventory `gpupolicy plan` reads (policy/plan/inventory.py), beside the reading and model

@@ -20,7 +20,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 from pydantic_core import PydanticCustomError
 
-from policy.hardware import sizing
+from policy.hardware import dra, sizing
 from policy.kube import selectors
 from policy.kube.scheduling import NodeTaint
 from policy.vgpu import hami
@@ -275,6 +275,27 @@ HamiResource = Annotated[
     StringConstraints(pattern=r"^nvidia\.com/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"),
     Field(description="An extended resource name under nvidia.com/, e.g. nvidia.com/gpumem."),
 ]
+
+
+DraGate = Literal[tuple(dra.DRIVER_GATES)]  # type: ignore[valid-type]
+KubernetesDraGate = Literal[tuple(dra.KUBERNETES_GATES)]  # type: ignore[valid-type]
+
+
+class Dra(Model):
+    """NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu) on the classes with allocation: dra: one Helm
+    release, whose values the tree writes (dra/values.yaml), and the cluster's DRA feature gates."""
+
+    version: Annotated[str, StringConstraints(pattern=r"^v\d+\.\d+\.\d+$")] = dra.DEFAULT_RELEASE
+    """The driver release (and chart version) the output is written for; its feature gates decide which sharing
+    modes a DRA class can use (docs/dra.md lists them)."""
+    namespace: DnsLabel = "dra-driver-nvidia-gpu"
+    """Namespace of the driver's Helm release (the chart refuses default)."""
+    feature_gates: dict[DraGate, StrictBool] = Field(default_factory=dict)
+    """Driver gates beyond those the classes' sharing needs (which the tree enables itself), e.g.
+    {NVMLDeviceHealthCheck: true}; checked against the release and against each other."""
+    kubernetes_feature_gates: tuple[KubernetesDraGate, ...] = ()
+    """Alpha Kubernetes DRA gates the cluster's API server, scheduler and kubelets run with, below the release that
+    turns them on by default (DRAExtendedResource and DRAConsumableCapacity: 1.36)."""
 
 
 class HamiResourceNames(Model):
@@ -587,6 +608,10 @@ class NodeClass(Model):
     taints: Annotated[tuple[Taint, ...], AfterValidator(_unique_taints)] = ()
     """Taints the class's nodes carry. Admission counts the class as a place a pod may land only if the pod
     tolerates every NoSchedule and NoExecute taint of it; the class's device-plugin pods tolerate them."""
+    allocation: Literal["device-plugin", "dra"] = "device-plugin"
+    """How pods get the class's GPUs: device-plugin (extended resources such as nvidia.com/gpu, served by the device
+    plugin or HAMi), or dra (Dynamic Resource Allocation through NVIDIA's DRA driver, spec.dra: pods ask with
+    ResourceClaims for the DeviceClasses the tree compiles, Kubernetes 1.34+; docs/dra.md)."""
 
     @property
     def mig_strategy(self) -> Literal["none", "single", "mixed"]:
@@ -827,6 +852,8 @@ class Spec(Model):
     """The validating webhook that enforces this policy at pod admission."""
     hami: Hami = Hami()
     """The HAMi install vgpu classes run on (read only when a class uses vgpu)."""
+    dra: Dra = Dra()
+    """NVIDIA's DRA driver, which serves the classes with allocation: dra (read only when a class uses it)."""
     monitoring: Monitoring = Monitoring()
     """Prometheus rules and a Grafana dashboard that watch the cluster against this policy."""
     create_namespaces: StrictBool = True

@@ -17,7 +17,7 @@ from external_tools import require_tool
 from jsonschema import Draft202012Validator
 
 from compiler import compile_policy
-from compiler.targets import device_plugin, gpu_operator, hami, monitoring
+from compiler.targets import device_plugin, dra, gpu_operator, hami, monitoring
 from compiler.tree import Tree
 from policy.resolved.resolve import resolve
 from policy.spec.model import ClusterGPUPolicy
@@ -41,7 +41,7 @@ CUSTOM_KINDS = {
 def objects(tree: Tree) -> Iterator[tuple[str, dict[str, Any]]]:
     for path, data in tree.items():
         if path.endswith(".yaml") and not path.endswith("kustomization.yaml") and \
-                path not in (gpu_operator.VALUES_FILE, hami.VALUES_PATH):
+                path not in (gpu_operator.VALUES_FILE, hami.VALUES_PATH, dra.VALUES_PATH):
             yield path, yaml.safe_load(data)
 
 

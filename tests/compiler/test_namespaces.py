@@ -12,8 +12,9 @@ import yaml
 from test_admission_manifests import restricted_violations
 
 from compiler import compile_policy
-from compiler.targets import flux, gpu_operator, hami, namespaces
+from compiler.targets import dra, flux, gpu_operator, hami, namespaces
 from compiler.tree import Tree
+from policy.resolved import dra as dra_model
 from policy.resolved.resolve import resolve
 from policy.spec.model import ClusterGPUPolicy
 
@@ -27,7 +28,7 @@ PSA = "pod-security.kubernetes.io/enforce"
 def objects(tree: Tree) -> Iterator[dict[str, Any]]:
     for path, data in tree.items():
         if path.endswith(".yaml") and not path.endswith("kustomization.yaml") and \
-                path not in (gpu_operator.VALUES_FILE, hami.VALUES_PATH):
+                path not in (gpu_operator.VALUES_FILE, hami.VALUES_PATH, dra.VALUES_PATH):
             yield yaml.safe_load(data)
 
 
@@ -44,6 +45,8 @@ def created_and_used(policy: ClusterGPUPolicy) -> tuple[set[str], set[str]]:
     if policy.spec.device_plugin.deploy == "gpu-operator":
         foreign.add(policy.spec.device_plugin.operator.namespace)  # the operator's install creates it
     foreign.add(flux.NAMESPACE)  # flux/ lives beside Flux's HelmReleases; Flux's install creates it
+    # The tenants' own namespaces, which hold their claim templates and quotas (docs/dra.md): the teams make them.
+    foreign.update(ns for t in policy.spec.tenants for ns in dra_model.named_namespaces(t))
     used = {o["metadata"]["namespace"] for o in found if "namespace" in o["metadata"]}
     assert not created & foreign
     return created, used - foreign

@@ -67,6 +67,7 @@ metadata: {{name: gate}}
 spec:
   kubernetesVersion: "{k8s}"
   hami: {{version: {hami}}}
+  dra: {{version: {dra}}}
   devicePlugin:
     deploy: {deploy}
     version: {plugin}
@@ -77,6 +78,7 @@ spec:
     nodeSelector: {{pool: a100}}
     gpu: {{model: A100-SXM4-80GB, count: 4}}
     sharing: {sharing}
+    allocation: {allocation}
   monitoring: {monitoring}
   admission: {admission}
 """
@@ -96,6 +98,11 @@ GATE_CASES: dict[tuple[str, str | None], tuple[dict[str, str], str, str, str]] =
     ("spec.admission.enabled", "true"): ({"admission": "{engine: webhook}"}, "k8s", "1.27", "1.28"),
     ("spec.admission.engine", "vap"): ({"admission": "{engine: vap}"}, "k8s", "1.29", "1.30"),
     ("spec.hami.version", None): ({"sharing": "{vgpu: {splitCount: 4}}"}, "hami", "v2.9.0", "v2.10.0"),
+    ("spec.nodeClasses[].allocation", "dra"): ({"allocation": "dra"}, "k8s", "1.33", "1.34"),
+    ("spec.nodeClasses[].sharing.timeSlicing", "allocation: dra"): (
+        {"allocation": "dra", "k8s": "1.36", "sharing": "{timeSlicing: {replicas: 4}}"}, "dra", "v0.4.1", "v0.5.0"),
+    ("spec.dra.kubernetesFeatureGates", "DRAConsumableCapacity"): (
+        {"allocation": "dra", "sharing": "{timeSlicing: {replicas: 4}}"}, "k8s", "1.35", "1.36"),
     ("spec.monitoring.dcgmExporter", None): ({"deploy": "gpu-operator", "monitoring": "{enabled: true}"},
                                               "operator", "v23.3.2", "v23.6.0"),
     ("spec.monitoring.dcgmExporter.perPodMetrics", "true"): (
@@ -109,7 +116,7 @@ def test_each_documented_version_gate_is_enforced_exactly_at_its_version(gate: s
     settings, knob, below, at = GATE_CASES[(gate.field, gate.value)]
     values = {"k8s": "1.30", "plugin": "v0.17.1", "strategy": "envvar", "sharing": "exclusive", "hami": "v2.10.0",
               "deploy": "standalone", "operator": "v26.7.0", "monitoring": "{enabled: false}", "admission": "{}",
-              **settings}
+              "allocation": "device-plugin", "dra": "v0.5.0", **settings}
 
     def codes(version: str) -> list[str]:
         text = BASE.format(**{**values, knob: version})

@@ -1,0 +1,81 @@
+"""The DRA target of examples/clusters/dra-mixed: driver values, DeviceClasses, templates, quotas, claim webhooks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import yaml
+
+from compiler import compile_policy
+from compiler.targets import dra
+from policy.resolved import dra as pool
+from policy.resolved.resolve import resolve
+from policy.spec.model import ClusterGPUPolicy
+
+Load = Callable[..., ClusterGPUPolicy]
+
+
+def tree_objects(policy: ClusterGPUPolicy, prefix: str) -> dict[str, Any]:
+    tree = compile_policy(policy)
+    return {p: yaml.safe_load(tree[p]) for p in tree if p.startswith(prefix) and not p.endswith("kustomization.yaml")}
+
+
+def test_the_kubelet_plugin_runs_on_the_dra_classes_nodes_only(example_policy: Load) -> None:
+    values = dra.render_values(resolve(example_policy("dra-mixed")))
+    terms = values["kubeletPlugin"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    pools = [t["matchExpressions"][0]["values"] for t in terms["nodeSelectorTerms"]]
+    assert pools == [["a100-mig"], ["h100-train"], ["l40s-mps"]]  # never l4-dev, the device plugin's
+    assert values["featureGates"] == {"MPSSupport": True} and values["gpuResourcesEnabledOverride"] is True
+    assert "consumableShares" not in values
+
+
+def test_one_device_class_per_class_and_variant_with_the_sharing_in_its_config(example_policy: Load) -> None:
+    found = tree_objects(example_policy("dra-mixed"), "dra/deviceclass-")
+    by_name = {o["metadata"]["name"]: o["spec"] for o in found.values()}
+    assert sorted(by_name) == ["a100-mig.1g.10gb.gpupolicy.dev", "h100-train.exclusive.gpupolicy.dev",
+                               "l40s-mps.mps.gpupolicy.dev"]
+    mig = by_name["a100-mig.1g.10gb.gpupolicy.dev"]["selectors"][0]["cel"]["expression"]
+    assert ".type == 'mig'" in mig and ".profile == '1g.10gb'" in mig and "'NVIDIA-A100-SXM4-80GB'" in mig
+    mps = by_name["l40s-mps.mps.gpupolicy.dev"]["config"][0]["opaque"]
+    assert mps["driver"] == "gpu.nvidia.com"
+    assert mps["parameters"] == pool.opaque_parameters("mps", 4, 46068)
+    assert mps["parameters"]["sharing"]["mpsConfig"]["defaultActiveThreadPercentage"] == 25
+    assert "config" not in by_name["h100-train.exclusive.gpupolicy.dev"]
+    assert all("extendedResourceName" not in spec for spec in by_name.values())  # 1.34 without DRAExtendedResource
+
+
+def test_templates_only_where_the_tenant_may_claim_and_quotas_of_zero_elsewhere(example_policy: Load) -> None:
+    found = tree_objects(example_policy("dra-mixed"), "dra/resource")
+    templates = sorted((o["metadata"]["namespace"], o["metadata"]["name"]) for o in found.values()
+                       if o["kind"] == "ResourceClaimTemplate")
+    assert templates == [("inference", "a100-mig-1g.10gb"), ("inference", "h100-train"), ("research", "h100-train"),
+                         ("research", "l40s-mps"), ("training", "h100-train"), ("training", "l40s-mps")]
+    quotas = {o["metadata"]["namespace"]: o["spec"]["hard"] for o in found.values() if o["kind"] == "ResourceQuota"}
+    assert quotas["sandbox"] == {f"{c}.deviceclass.resource.k8s.io/devices": "0" for c in (
+        "a100-mig.1g.10gb.gpupolicy.dev", "h100-train.exclusive.gpupolicy.dev", "l40s-mps.mps.gpupolicy.dev")}
+    assert quotas["inference"]["h100-train.exclusive.gpupolicy.dev.deviceclass.resource.k8s.io/devices"] == "16"
+    assert quotas["inference"]["l40s-mps.mps.gpupolicy.dev.deviceclass.resource.k8s.io/devices"] == "0"
+
+
+def test_extended_resource_names_where_the_version_has_them_and_the_name_is_free(example_policy: Load) -> None:
+    policy = example_policy("dra-mixed", ('kubernetesVersion: "1.34"', 'kubernetesVersion: "1.36"'))
+    names = {c.name: c.extended_resource_name for c in pool.device_classes(resolve(policy))}
+    # l4-dev's device plugin offers nvidia.com/gpu, so the H100s keep the implicit name; MPS is never bridged.
+    assert names == {"a100-mig.1g.10gb.gpupolicy.dev": "nvidia.com/mig-1g.10gb",
+                     "h100-train.exclusive.gpupolicy.dev": None, "l40s-mps.mps.gpupolicy.dev": None}
+    h100 = resolve(policy).by_name()["h100-train"]
+    assert [o.resource for o in h100.offers] == [
+        "deviceclass.resource.kubernetes.io/h100-train.exclusive.gpupolicy.dev"]
+
+
+def test_claim_webhook_entries_sit_beside_every_entry_only_with_a_dra_pool(example_policy: Load) -> None:
+    found = tree_objects(example_policy("dra-mixed"), "admission/validatingwebhookconfiguration")
+    (config,) = found.values()
+    names = [w["name"] for w in config["webhooks"]]
+    claims = [w for w in config["webhooks"] if w["name"].startswith("claims.")]
+    assert len(claims) * 2 == len(names)
+    assert {r for w in claims for rule in w["rules"] for r in rule["resources"]} == {
+        "resourceclaimtemplates", "resourceclaims", "resourceclaims/status", "pods"}
+    plain = tree_objects(example_policy("mixed-fleet"), "admission/validatingwebhookconfiguration")
+    assert not any(w["name"].startswith("claims.") for c in plain.values() for w in c["webhooks"])
