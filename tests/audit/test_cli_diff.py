@@ -23,6 +23,8 @@ EDITS = {
     "mixed-fleet": ("mps: {replicas: 4}", "mps: {replicas: 2}", "a100-mps", 32, 16),
     "h20-mig": (*H20_LAYOUT, "h20", 448, 128),
     "vgpu-platform": ("nodes: 6", "nodes: 3", "dev-ts", 24, 12),
+    # the device-plugin pool beside the DRA pools: 4 nodes x 1 L4 x 4 replicas, halved to 2 nodes
+    "dra-mixed": ("nodes: 4", "nodes: 2", "l4-dev", 16, 8),
 }
 
 
