@@ -58,11 +58,14 @@ def run(args: argparse.Namespace) -> int:
         tally.namespaces.setdefault(ns, {}).update(labels)
     for doc in documents:
         report.extend(_admit_document(engine, doc, args.namespace, tally, tenancy))
-    unchecked = f"; {tally.unchecked} object(s) asking for GPUs not checked" if tally.unchecked else ""
     relabelled = (f"; {tally.relabelled} namespace(s) with tenant labels set by someone other than a manager"
                   if tally.relabelled else "")
+    # Both counts, always: CI must tell "nothing was checked" from "everything was allowed".
     print(f"gpupolicy admit: {tally.objects} workload(s) checked: {tally.denied} denied, "
-          f"{tally.warned} with warnings{unchecked}{relabelled}", file=sys.stderr)
+          f"{tally.warned} with warnings; {tally.unchecked} object(s) asking for GPUs not checked{relabelled}",
+          file=sys.stderr)
+    report.workloads = {"checked": tally.objects, "notChecked": tally.unchecked, "denied": tally.denied,
+                        "warned": tally.warned}
     sys.stdout.write(REPORTER_BY_NAME[args.output](report))
     return report.exit_code
 
@@ -101,14 +104,17 @@ def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tall
         if workload is not None:
             yield from _cloud_vgpu(workload, prefix, doc)
         decision = engine.evaluate(obj, tenants=engine.tenants_for(tally.namespaces.get(ns, {}), namespace=ns))
-        if workload is None:
-            tally.unchecked += any(d.code == NOT_CHECKED for d in decision.diagnostics)
-        elif not workloads.read_gpu_request(workload).empty:
-            tally.objects += 1
+        not_checked = any(d.code == NOT_CHECKED for d in decision.diagnostics)
+        tally.unchecked += not_checked
+        # A Pod or controller asking for GPUs, or a workload custom resource one of whose templates does.
+        checked = (not workloads.read_gpu_request(workload).empty if workload is not None
+                   else not not_checked and any(t.requests_gpu() for t in engine.kinds.templates(obj) or ()))
+        tally.objects += checked
         tally.denied += not decision.allowed
         tally.warned += bool(decision.warnings)
+        named = workload is not None or checked
         for d in decision.diagnostics:
-            yield replace(d, message=f"{decision.subject} (namespace {ns}): {d.message}" if workload else d.message,
+            yield replace(d, message=f"{decision.subject} (namespace {ns}): {d.message}" if named else d.message,
                           path=(*prefix, *d.path), span=doc.source.span((*prefix, *d.path), key=True),
                           fix=d.fix.under(prefix) if d.fix is not None else None)
 

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from policy.admission import budget, remedies
+from policy.admission import budget, remedies, templates
 from policy.admission.fixes import MoveNamespace
 from policy.admission.rules import (
     RULES,
@@ -156,6 +156,7 @@ class Engine:
         self._fitting: dict[tuple[tuple[str, int], ...], tuple[tuple[int, ...], tuple[ClassView, ...]]] = {}
         self._lacks: dict[str, frozenset[int]] = {}
         self._hami = HamiAdmission.build(policy)  # vGPU pods see only the vgpu classes (policy.admission.vgpu)
+        self.kinds = templates.KindTable(policy.workload_kinds)  # custom resources with pod templates
         self._memo: dict[tuple[tuple[str, ...], bytes], tuple[bool, tuple[Diagnostic, ...]] | None] = {}
         self._memo_size = memo_size
         # The most GPU devices one node of any class offers, all resources together, and that class: a pod with more
@@ -197,7 +198,10 @@ class Engine:
             return ALLOWED
         workload = find_workload(obj)
         if workload is None:
-            return _unchecked(obj)
+            found = self.kinds.templates(obj)
+            if found is None:
+                return _unchecked(obj)
+            return self._evaluate_templates(obj, found, tenants, operation, old_obj, expired)
         request = None
         if operation == "UPDATE":
             request = read_gpu_request(workload)
@@ -219,6 +223,25 @@ class Engine:
             return ALLOWED  # no GPU request
         allowed, diagnostics = judged
         return Decision(allowed, diagnostics, workload.subject)
+
+    def _evaluate_templates(self, obj: Mapping[str, Any], found: tuple[templates.Template, ...], tenants: Sequence[str],
+                            operation: str, old_obj: Mapping[str, Any] | None, expired: budget.Expired) -> Decision:
+        """A workload custom resource: each pod template judged as a Pod (an UPDATE against the same template of
+        the old object), every finding moved back to the template's fields and naming the template. One that asks
+        for GPUs in no template the table knows gets the workload-not-checked notice, as an unknown kind does."""
+        old = {t.path: t.pod for t in self.kinds.templates(old_obj) or ()} if operation == "UPDATE" else {}
+        allowed, diagnostics, asked = True, [], False
+        for template in found:
+            if not template.requests_gpu():
+                continue
+            asked = True
+            decision = self.evaluate(template.pod, tenants=tenants, operation=operation, old_obj=old.get(template.path),
+                                     expired=expired)
+            allowed = allowed and decision.allowed
+            diagnostics += [template.locate(d) for d in decision.diagnostics]
+        if not asked:
+            return _unchecked(obj)
+        return Decision(allowed, tuple(diagnostics), self.kinds.subject(obj))
 
     def _judge(self, template: Mapping[str, Any], workload: Workload, tenants: tuple[str, ...],
                request: GpuRequest | None, expired: budget.Expired) -> tuple[bool, tuple[Diagnostic, ...]] | None:

@@ -8,7 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from policy.resolved.resolve import GPU, Isolation, ResolvedClass, ResolvedPolicy, resolve
 from policy.resolved.vgpu_scope import hami_scope
-from policy.spec.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, SharingMode
+from policy.spec import workload_kinds
+from policy.spec.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, SharingMode, WorkloadKind
 
 __all__ = ["ADMISSION_POLICY_VERSION", "ALL_RULES", "ALWAYS_ENFORCED", "GPU", "AdmissionPolicy", "ClassDoc",
            "HamiDoc", "OfferDoc", "TaintDoc", "TenantDoc", "VgpuClassDoc", "build_admission_policy"]
@@ -117,6 +118,8 @@ class AdmissionPolicy(_Doc):
     """Effective mode of every rule."""
     hami: HamiDoc | None = None
     """The HAMi install, when a class uses vgpu."""
+    workload_kinds: tuple[WorkloadKind, ...] = ()
+    """Custom resources whose pod templates are checked (policy/spec/workload_kinds.py and the spec's own)."""
 
     def to_json(self) -> str:
         """Deterministic JSON: sorted keys, two-space indent, final newline."""
@@ -163,6 +166,7 @@ def build_admission_policy(policy: ClusterGPUPolicy | ResolvedPolicy) -> Admissi
         default_allow=spec.admission.default_allow,
         rules=rules,
         hami=_hami_doc(resolved),
+        workload_kinds=workload_kinds.merged(spec.admission.workload_kinds),
     )
 
 

@@ -140,10 +140,7 @@ def test_warn_mode_findings_are_printed_but_do_not_fail(tmp_path: Path, capsys: 
     assert "warning[shared-gpu-request-above-one]" in capsys.readouterr().out
 
 
-def test_custom_resources_that_wrap_gpu_pod_templates_get_a_notice_not_a_verdict(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    ray = """\
+RAY = """\
 apiVersion: ray.io/v1
 kind: RayCluster
 metadata: {name: ray}
@@ -154,12 +151,29 @@ spec:
           containers:
             - {name: w, resources: {limits: {nvidia.com/gpu: 2}}}
 """
-    manifest = write(tmp_path, "ray.yaml", ray)
-    assert main(["admit", "-p", TKE, manifest]) == 0
+
+
+def test_custom_resources_that_wrap_gpu_pod_templates_are_judged_template_by_template(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = write(tmp_path, "ray.yaml", RAY)
+    assert main(["admit", "-p", TKE, manifest]) == 1
     out = capsys.readouterr()
-    assert out.out.startswith(f"{manifest}:2:1: info[workload-not-checked]: RayCluster ray (ray.io API group) asks "
-                              "for nvidia.com/gpu in a kind whose pod templates gpupolicy does not read")
-    assert "0 workload(s) checked: 0 denied, 0 with warnings; 1 object(s) asking for GPUs not checked" in out.err
+    assert out.out.startswith(f"{manifest}:9:46: error[shared-gpu-request-above-one]: RayCluster ray (namespace "
+                              "default): pod template spec.workerGroupSpecs[0].template.spec: container \"w\" "
+                              "requests 2")
+    assert "1 workload(s) checked: 1 denied, 0 with warnings; 0 object(s) asking for GPUs not checked" in out.err
+
+
+def test_the_json_summary_counts_workloads_checked_and_not_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unknown = RAY.replace("ray.io/v1", "example.com/v1").replace("RayCluster", "Trainer")
+    manifests = [write(tmp_path, "ray.yaml", RAY), write(tmp_path, "other.yaml", unknown),
+                 write(tmp_path, "seed.yaml", SEED)]
+    assert main(["admit", "-p", TKE, "--output", "json", *manifests]) == 1
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["workloads"] == {"checked": 2, "notChecked": 1, "denied": 2, "warned": 0}
 
 
 @pytest.mark.parametrize(("limits", "product"), [
@@ -293,11 +307,14 @@ kind: SeldonDeployment
 metadata: {name: sd}
 spec: {predictors: [{componentSpecs: [{spec: {containers: [{resources: {limits: {nvidia.com/gpu: 1}}}]}}]}]}
 """
-    assert main(["admit", "-p", TKE, write(tmp_path, "crs.yaml", objects)]) == 0
+    # The Workflow (1 GPU in a script template) fits a time-sliced class; the LLMInferenceService asks for 2 shared
+    # replicas in one container; the SeldonDeployment is no kind of the table.
+    assert main(["admit", "-p", TKE, write(tmp_path, "crs.yaml", objects)]) == 1
     out = capsys.readouterr()
-    assert out.out.count("info[workload-not-checked]") == 3
-    assert "Workflow train-* (argoproj.io API group) asks for nvidia.com/gpu" in out.out
-    assert "0 workload(s) checked: 0 denied, 0 with warnings; 3 object(s) asking for GPUs not checked" in out.err
+    assert out.out.count("info[workload-not-checked]") == 1
+    assert "SeldonDeployment sd (machinelearning.seldon.io API group) asks for nvidia.com/gpu" in out.out
+    assert "LLMInferenceService llama (namespace default): pod template spec.template: container \"main\"" in out.out
+    assert "2 workload(s) checked: 1 denied, 0 with warnings; 1 object(s) asking for GPUs not checked" in out.err
 
 
 @pytest.mark.parametrize(("limits", "said"), [
