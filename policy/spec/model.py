@@ -709,7 +709,7 @@ class Tenancy(Model):
     """Further users, groups and service accounts that may set the tenant labels."""
 
 
-_FIELD_PATH = r"[A-Za-z_$][A-Za-z0-9_$-]*(\[\*\])?|\*"
+_FIELD_PATH = r"[A-Za-z_][A-Za-z0-9_-]*(\[\*\])?|\*"
 FieldPattern = Annotated[
     str,
     StringConstraints(pattern=rf"^({_FIELD_PATH})(\.({_FIELD_PATH}))*$", max_length=512),
