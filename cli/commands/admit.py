@@ -88,7 +88,7 @@ def _load_engine(path: str, report: Report) -> tuple[Engine, Tenancy] | None:
 def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tally,
                     tenancy: Tenancy) -> Iterator[Diagnostic]:
     from cli.manifests import objects
-    from policy.admission import workloads
+    from policy.admission import fractions, workloads
     from policy.admission.engine import NOT_CHECKED
     from policy.resolved.tenancy import namespace_label_findings
 
@@ -103,11 +103,15 @@ def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tall
         ns = (workload.namespace if workload else None) or _namespace(obj) or default_ns
         if workload is not None:
             yield from _cloud_vgpu(workload, prefix, doc)
+        asks = workload is not None and (not workloads.read_gpu_request(workload).empty
+                                         or fractions.read(obj, workload) is not None)
+        if asks:
+            yield from _unknown_annotations(obj, workload, prefix, doc)
         decision = engine.evaluate(obj, tenants=engine.tenants_for(tally.namespaces.get(ns, {}), namespace=ns))
         not_checked = any(d.code == NOT_CHECKED for d in decision.diagnostics)
         tally.unchecked += not_checked
         # A Pod or controller asking for GPUs, or a workload custom resource one of whose templates does.
-        checked = (not workloads.read_gpu_request(workload).empty if workload is not None
+        checked = (asks if workload is not None
                    else not not_checked and any(t.requests_gpu() for t in engine.kinds.templates(obj) or ()))
         tally.objects += checked
         tally.denied += not decision.allowed
@@ -132,6 +136,23 @@ def _cloud_vgpu(workload: Any, prefix: Path, doc: Document) -> Iterator[Diagnost
             f"does not check them: {product.managed_by} schedules and limits them",
             path, "size these pods with the cloud's own documentation (" + product.source + ")",
             severity="info", span=doc.source.span(path, key=True))
+
+
+def _unknown_annotations(obj: dict[str, Any], workload: Any, prefix: Path, doc: Document) -> Iterator[Diagnostic]:
+    """A GPU pod's annotations that name a GPU and that no scheduler or plugin gpupolicy knows reads: often a
+    misspelt KAI or HAMi key (gpu_fraction, gpu-fractions), which leaves the pod with what its resources say."""
+    from policy.admission import fractions
+    from policy.spec.diagnostics import Diagnostic
+
+    for key, at in fractions.unknown_gpu_annotations(obj, workload):
+        path = (*prefix, *at)
+        yield Diagnostic(
+            "unknown-gpu-annotation",
+            f"{workload.subject} carries the annotation {key!r}, which names a GPU but which neither KAI Scheduler "
+            "(gpu-fraction, gpu-memory, gpu-fraction-num-devices, gpu-fraction-container-name), HAMi nor NVIDIA's "
+            "device plugin reads, so it changes nothing gpupolicy checks",
+            path, "correct its spelling, or remove it (docs/admission.md lists the keys that are read)",
+            severity="warning", span=doc.source.span(path, key=True))
 
 
 def _namespace(obj: dict[str, Any]) -> str | None:

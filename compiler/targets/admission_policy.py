@@ -92,6 +92,9 @@ NOT_DECIDED: tuple[tuple[str, str], ...] = (
      "or nodeName as an empty one; the engine also compares container positions and other nvidia.com/ amounts, "
      "so an UPDATE that only moves a GPU container among the others, or changes only an amount no class offers, "
      "is allowed by the policies and checked by the webhook"),
+    ("KAI fractional GPUs", "a pod asking KAI Scheduler for a fraction of a GPU by annotation (gpu-fraction, "
+     "gpu-memory) asks for no nvidia.com/ resource, so the policies' matchConditions skip it; the webhook checks its "
+     "sharing mode against the tenant"),
     ("workload custom resources", "the policies read a custom resource's pod template only where it is a plain "
      "pod spec at a path they already read (Knative's Service and Configuration at spec.template.spec); templates "
      "behind a list or map (KubeRay worker groups, Kubeflow replica specs, Argo templates), at other paths, or with "

@@ -50,6 +50,7 @@ from typing import Any
 from compiler import objects
 from compiler.objects import Obj
 from compiler.targets import workload_kinds
+from policy.admission import fractions
 from policy.checks.tenants import tenant_requirements, tenant_selector_too_complex
 from policy.kube import selectors
 from policy.resolved import offers
@@ -109,6 +110,22 @@ _REQUESTS_NVIDIA = (
     "(has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('nvidia.com/')))))"
 )
 
+def _pod_metadata(var: str) -> str:
+    """The pod's metadata, chosen by shape like _pod_spec (a template's own for a controller)."""
+    return (
+        f"has({var}.spec.jobTemplate) && has({var}.spec.jobTemplate.spec)"
+        f" && has({var}.spec.jobTemplate.spec.template) && has({var}.spec.jobTemplate.spec.template.metadata)"
+        f" ? {var}.spec.jobTemplate.spec.template.metadata"
+        f" : has({var}.spec.template) && has({var}.spec.template.metadata) ? {var}.spec.template.metadata"
+        f" : has({var}.metadata) ? {var}.metadata : {{}}"
+    )
+
+
+# KAI Scheduler's fractional GPUs are asked by pod annotation, not by resource (policy/admission/fractions.py).
+_ASKS_KAI = (f"[{_pod_metadata('o')}].exists(m, has(m.annotations) && type(m.annotations) == map && ("
+             + " || ".join(f"'{key}' in m.annotations" for key in fractions.ASKING) + "))")
+
+
 def match_conditions(kinds: Sequence[WorkloadKind]) -> tuple[tuple[str, str], ...]:
     """(name, CEL expression) pairs; the API server calls the webhook only when all are true (webhook.md §1.9).
     Only has() guards and standard macros: they compile on every API server with matchConditions (beta 1.28,
@@ -120,7 +137,8 @@ def match_conditions(kinds: Sequence[WorkloadKind]) -> tuple[tuple[str, str], ..
         (
             "requests-nvidia-resources",
             "[object, oldObject].exists(o, o != null && has(o.spec) && "
-            f"([{_pod_spec('o')}].exists(s, {_REQUESTS_NVIDIA}) || {workload_kinds.asks_for_gpu('o', kinds)}))",
+            f"([{_pod_spec('o')}].exists(s, {_REQUESTS_NVIDIA}) || {_ASKS_KAI}"
+            f" || {workload_kinds.asks_for_gpu('o', kinds)}))",
         ),
         _UNCHANGED,
     )

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from policy.admission import budget, remedies, templates
+from policy.admission import budget, fractions, remedies, templates
 from policy.admission.fixes import MoveNamespace
 from policy.admission.rules import (
     RULES,
@@ -249,8 +249,20 @@ class Engine:
         when it asks for no GPU. ``request``: the workload's, when already read."""
         if request is None:
             request = read_gpu_request(workload)
+        fraction = fractions.read(template, workload)  # KAI's fractional GPUs ask by annotation, not by resource
+        kai = fractions.finding(fraction, self.access(tenants), self._severity["tenant-sharing-mode-denied"]) \
+            if fraction is not None else None
         if request.empty:
-            return None
+            return None if fraction is None else (kai is None or kai.severity != "error", (kai,) if kai else ())
+        judged = self._judge_request(template, workload, tenants, request, expired)
+        if kai is None:
+            return judged
+        allowed, diagnostics = judged if judged is not None else (True, ())
+        return allowed and kai.severity != "error", (kai, *diagnostics)
+
+    def _judge_request(self, template: Mapping[str, Any], workload: Workload, tenants: tuple[str, ...],
+                       request: GpuRequest, expired: budget.Expired) -> tuple[bool, tuple[Diagnostic, ...]] | None:
+        """The verdict and findings on a workload's nvidia.com/ request (not empty)."""
         beyond = self.beyond_every_class(workload, request)
         if beyond is not None:
             return beyond.severity != "error", (beyond,)

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from policy.admission import fractions
 from policy.admission.workloads import api_group, find_workload, object_name, read_gpu_request
 from policy.kube.fields import Path, descend, is_mapping
 from policy.spec.diagnostics import Diagnostic, format_path
@@ -85,9 +86,11 @@ class Template:
     """Containers of ``pod`` set inside a string (a podSpecPatch): their findings point at the string itself."""
 
     def requests_gpu(self) -> bool:
-        """Whether the template's pods ask for any nvidia.com/ resource (or write an amount the API server refuses)."""
+        """Whether the template's pods ask for any nvidia.com/ resource (or write an amount the API server refuses),
+        or for a fractional GPU of KAI Scheduler."""
         workload = find_workload(self.pod)
-        return workload is not None and not read_gpu_request(workload).empty
+        return workload is not None and (not read_gpu_request(workload).empty
+                                         or fractions.read(self.pod, workload) is not None)
 
     @property
     def label(self) -> str:

@@ -392,3 +392,21 @@ def test_a_megabyte_name_and_resource_key_are_quoted_shortened_in_every_output(
         assert [d["code"] for d in found] == ["gpu-request-unsatisfiable", "shared-gpu-request-above-one"]
         # A patch with a value cut short would edit another path: the hint says what to do, no fix data is given.
         assert [d["fix"] for d in found] == [None, None]
+
+
+def test_a_gpu_pod_with_a_gpu_annotation_nothing_reads_gets_a_warning(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = write(tmp_path, "kai.yaml", """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: kai
+  annotations: {gpu-fraction: "0.5", gpu_fractions: "2"}
+spec:
+  containers: [{name: app, image: app:1}]
+""")
+    assert main(["admit", "-p", TKE, manifest]) == 0  # tke's default rules allow time-slicing
+    out = capsys.readouterr()
+    assert out.out.startswith(f"{manifest}:5:38: warning[unknown-gpu-annotation]: Pod kai carries the annotation "
+                              "'gpu_fractions', which names a GPU")
+    assert "1 workload(s) checked: 0 denied" in out.err

@@ -27,6 +27,7 @@ from compiler import compile_policy
 from compiler.targets import admission_policy, tenancy_guard
 from compiler.targets.admission_policy import render_admission_policies
 from compiler.targets.admission_policy_cost import PER_CALL_LIMIT, POLICY_BUDGET, estimate_policy
+from policy.admission import fractions
 from policy.admission.engine import NOT_CHECKED, Engine
 from policy.admission.rules import RULES
 from policy.admission.vgpu import HamiAdmission
@@ -150,6 +151,8 @@ def left_to_the_webhook(engine: Engine, obj: Obj, *, namespace: str, labels: dic
     workload = pod_spec_of(obj)
     if workload is None:
         return None
+    if fractions.read(obj if find_workload(obj) is not None else {}, workload) is not None:
+        return "KAI fractional GPUs"
     request = read_gpu_request(workload)
     if request.problems or any(a.count >= 2**63 for c in request.containers for a in c.amounts) or any(
             canonical_quantity(value) != canonical_quantity(container["resources"]["limits"][key])

@@ -301,3 +301,15 @@ def test_a_custom_resource_of_a_kind_outside_the_table_is_not_sent() -> None:
     seldon = {"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment", "metadata": {"name": "s"},
               "spec": {"predictors": [{"componentSpecs": [{"spec": spec}]}]}}
     assert not sent(seldon)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_kai_fractional_gpu_annotation_is_sent_from_a_pod_or_a_template(kind: str) -> None:
+    obj = KINDS[kind](pod_spec(container(limits={"cpu": "1"})))
+    target = obj if kind == "Pod" else (obj["spec"]["jobTemplate"]["spec"]["template"] if kind == "CronJob"
+                                        else obj["spec"]["template"])
+    assert not sent(obj)
+    target.setdefault("metadata", {})["annotations"] = {"gpu-fraction": "0.5"}
+    assert sent(obj)
+    target["metadata"]["annotations"] = {"gpu-memory": "2000"}
+    assert sent(obj)

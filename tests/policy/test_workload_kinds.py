@@ -7,13 +7,13 @@ import functools
 from pathlib import Path
 from typing import Any
 
+import example_admission
 import pytest
 import workload_fixtures
 
 from policy.admission.engine import Engine
 from policy.admission.templates import KindTable, parse, walk
-from policy.load import load_policy
-from policy.resolved.offers import AdmissionPolicy, build_admission_policy
+from policy.resolved.offers import AdmissionPolicy
 from policy.spec import workload_kinds
 from policy.spec.diagnostics import format_path
 from policy.spec.model import PodTemplateRef, WorkloadKind
@@ -23,12 +23,8 @@ DENY = ROOT / "tests" / "fixtures" / "workloads" / "deny"
 DEV = {"gpu-tier": "dev"}
 
 
-@functools.cache
 def mixed_fleet() -> AdmissionPolicy:
-    path = ROOT / "examples" / "clusters" / "mixed-fleet" / "cluster.yaml"
-    result = load_policy(path.read_text(encoding="utf-8"), filename=str(path))
-    assert result.policy is not None, result.diagnostics
-    return build_admission_policy(result.policy)
+    return example_admission.admission_policy("mixed-fleet")
 
 
 @functools.cache
