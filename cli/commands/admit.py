@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="namespace of objects that name none (default: default)")
     parser.add_argument("--output", "-O", choices=("text", "json", "github"), default="text",
                         help="how to print findings (default: text)")
+    parser.add_argument("--nodes", metavar="FILE",
+                        help="the cluster's nodes (kubectl get nodes -o yaml): a pod naming one in spec.nodeName is "
+                             "judged on the classes that node's labels select")
 
 
 @dataclass
@@ -46,8 +49,12 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(namespaces, str):
         print(f"gpupolicy admit: error: {namespaces}", file=sys.stderr)
         return 2
+    nodes = _read_nodes(args.nodes) if args.nodes else {}
+    if isinstance(nodes, str):
+        print(f"gpupolicy admit: error: {nodes}", file=sys.stderr)
+        return 2
     report = Report()
-    loaded = _load_engine(args.policy, report)
+    loaded = _load_engine(args.policy, report, nodes)
     if loaded is None:  # a broken policy is bad input, not a denied workload: CI must tell them apart
         sys.stdout.write(REPORTER_BY_NAME[args.output](report))
         return 2
@@ -70,7 +77,31 @@ def run(args: argparse.Namespace) -> int:
     return report.exit_code
 
 
-def _load_engine(path: str, report: Report) -> tuple[Engine, Tenancy] | None:
+def _read_nodes(path: str) -> dict[str, dict[str, str]] | str:
+    """Node name -> labels from a Node list (kubectl get nodes -o yaml) or Node documents; an error message for a
+    file that cannot be read or holds no Node."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            documents = list(yaml.safe_load_all(handle))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        return f"--nodes {path}: cannot read it as YAML ({err}); give the output of `kubectl get nodes -o yaml`"
+    items = [item for doc in documents if isinstance(doc, dict)
+             for item in (doc.get("items") if isinstance(doc.get("items"), list) else [doc])]
+    nodes = {}
+    for item in items:
+        metadata = item.get("metadata") if isinstance(item, dict) and item.get("kind") == "Node" else None
+        if isinstance(metadata, dict) and isinstance(metadata.get("name"), str):
+            labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
+            nodes[metadata["name"]] = {str(k): str(v) for k, v in labels.items()}
+    if not nodes:
+        return f"--nodes {path}: no Node object in it; give the output of `kubectl get nodes -o yaml`"
+    return nodes
+
+
+def _load_engine(path: str, report: Report,
+                 nodes: dict[str, dict[str, str]] | None = None) -> tuple[Engine, Tenancy] | None:
     """The rule engine of the spec, and who may set its tenants' labels; None (findings reported) for a broken spec."""
     from cli.inputs import load_spec
     from policy.admission.engine import Engine
@@ -82,7 +113,7 @@ def _load_engine(path: str, report: Report) -> tuple[Engine, Tenancy] | None:
         report.files += 1
         report.extend(found)
         return None
-    return Engine(build_admission_policy(policy)), tenancy(policy.spec)
+    return Engine(build_admission_policy(policy), nodes=nodes), tenancy(policy.spec)
 
 
 def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tally,

@@ -20,6 +20,7 @@ from policy.admission.rules import (
     Conflict,
     Facts,
     placement_conflict,
+    requirement_field,
     terms_conflict,
 )
 from policy.admission.vgpu import HamiAdmission
@@ -35,7 +36,7 @@ from policy.admission.workloads import (
     read_placement,
 )
 from policy.kube import selectors
-from policy.kube.scheduling import NodeTaint, Placement, Toleration
+from policy.kube.scheduling import NodeRequirement, NodeTaint, Placement, Toleration
 from policy.resolved.offers import ALWAYS_ENFORCED, AdmissionPolicy, TenantDoc
 from policy.spec.diagnostics import Diagnostic, Path, Severity, bounded, format_path, shorten
 from policy.spec.model import RuleId
@@ -127,10 +128,13 @@ class _Tenant:
 class Engine:
     """Evaluates objects against one admission policy; build it once per policy, call ``evaluate`` often."""
 
-    def __init__(self, policy: AdmissionPolicy, *, memo_size: int = MEMO_SIZE) -> None:
+    def __init__(self, policy: AdmissionPolicy, *, memo_size: int = MEMO_SIZE,
+                 nodes: Mapping[str, Mapping[str, str]] | None = None) -> None:
         """``memo_size``: how many verdicts to remember (0: judge every object afresh, as the benchmarks do to
-        time the rules themselves)."""
+        time the rules themselves). ``nodes``: node name -> labels, where known (`admit --nodes`): a pod whose
+        spec.nodeName names one of them may run only on the classes whose selectors that node's labels meet."""
         self.policy = policy
+        self._nodes = dict(nodes or {})
         self._classes = tuple(ClassView.from_doc(c) for c in policy.classes)
         self._no_conflicts: tuple[Conflict | None, ...] = (None,) * len(self._classes)
         self._tenants = {t.name: _compile_tenant(t) for t in policy.tenants}
@@ -139,6 +143,7 @@ class Engine:
         self._severity = {rule.id: "error" if rule.id in ALWAYS_ENFORCED else
                           SEVERITY[policy.rules.get(rule.id, rule.default_mode)] for rule in RULES}
         self._tainted = frozenset(i for i, view in enumerate(self._classes) if view.taints)
+        self._selector_keys = tuple(sorted({key for view in self._classes for key, _ in view.node_selector}))
         self._untolerated: dict[tuple[Any, ...], tuple[tuple[int, NodeTaint], ...]] = {}
         self._context = remedies.Context(self._moves())
         # Work done once per policy rather than per review (docs/performance.md): which classes know a
@@ -230,18 +235,17 @@ class Engine:
         the old object), every finding moved back to the template's fields and naming the template. One that asks
         for GPUs in no template the table knows gets the workload-not-checked notice, as an unknown kind does."""
         old = {t.path: t.pod for t in self.kinds.templates(old_obj) or ()} if operation == "UPDATE" else {}
-        allowed, diagnostics, asked = True, [], False
+        allowed, judged = True, []
         for template in found:
             if not template.requests_gpu():
                 continue
-            asked = True
             decision = self.evaluate(template.pod, tenants=tenants, operation=operation, old_obj=old.get(template.path),
                                      expired=expired)
             allowed = allowed and decision.allowed
-            diagnostics += [template.locate(d) for d in decision.diagnostics]
-        if not asked:
+            judged.append((template, tuple(template.locate(d) for d in decision.diagnostics)))
+        if not judged:
             return _unchecked(obj)
-        return Decision(allowed, tuple(diagnostics), self.kinds.subject(obj))
+        return Decision(allowed, templates.joined(judged), self.kinds.subject(obj))
 
     def _judge(self, template: Mapping[str, Any], workload: Workload, tenants: tuple[str, ...],
                request: GpuRequest | None, expired: budget.Expired) -> tuple[bool, tuple[Diagnostic, ...]] | None:
@@ -314,6 +318,8 @@ class Engine:
     def _assess(self, obj: Mapping[str, Any], workload: Workload, request: GpuRequest,
                 tenants: tuple[str, ...]) -> remedies.Assessment:
         placement = read_placement(workload, tolerations=bool(self._tainted))
+        if placement.node_name is not None and placement.node_name in self._nodes:
+            placement = _on_node(placement, self._nodes[placement.node_name], self._selector_keys, workload.spec_path)
         if self._tainted:
             placement = _with_implied_tolerations(placement, request)
         untolerated = self._untolerated_by(placement)
@@ -372,7 +378,7 @@ class Engine:
             excluded = (self._knows.get(req.key, frozenset()) - self._carries.get((req.key, req.values[0]),
                                                                                   frozenset())) | self._lacking(req.key)
             if excluded:
-                conflict = Conflict(req.path, "nodeSelector", req)
+                conflict = Conflict(req.path, requirement_field(req, placement), req)
                 for i in excluded:
                     conflicts[i] = conflict
         if placement.terms:
@@ -453,6 +459,16 @@ def _memo_key(template: Mapping[str, Any], tenants: tuple[str, ...]) -> tuple[tu
     if len(data) > _MEMO_MAX_KEY_BYTES or (b"null" in data and orjson.loads(data) != template):
         return None
     return tenants, data
+
+
+def _on_node(placement: Placement, labels: Mapping[str, str], keys: Sequence[str], spec_path: Path) -> Placement:
+    """The placement of a pod bound to a node whose labels are known: for every label key a class selects by, the
+    node's value (or its absence), as requirements at spec.nodeName, so exactly the classes that node can be of
+    remain (the scheduler is bypassed; the kubelet of that node admits the pod)."""
+    at = (*spec_path, "nodeName")
+    pinned = tuple(NodeRequirement(key, "In", (labels[key],), at) if isinstance(labels.get(key), str)
+                   else NodeRequirement(key, "DoesNotExist", (), at) for key in keys)
+    return replace(placement, node_selector=(*placement.node_selector, *pinned))
 
 
 def _with_implied_tolerations(placement: Placement, request: GpuRequest) -> Placement:

@@ -93,15 +93,17 @@ def finding(fraction: Fraction, access: Access, severity: str) -> Diagnostic | N
         return None
     allowed = ", ".join(sorted(access.modes)) or "no sharing mode"
     where = f"{'init ' if fraction.init else ''}container {fraction.container!r}"
-    whole = ("remove the annotation and request a whole GPU (nvidia.com/gpu: 1) in " + where + ", or "
-             if "exclusive" in access.modes else "")
+    whole = (f", or remove the annotation and request whole GPUs (nvidia.com/gpu) in {where}, on a class "
+             f"{access.who} may use" if "exclusive" in access.modes else "")
     return Diagnostic(
         "tenant-sharing-mode-denied",
         f"the pod asks KAI Scheduler for a fractional GPU ({fraction.key}: {fraction.value!r}, for {where}): KAI "
         f"shares one GPU among such pods by {fraction.mode}, with no memory isolation, and {access.who} may use "
         f"{allowed} only",
         fraction.path,
-        f"{whole}ask the platform team to allow {fraction.mode} for {access.who}",
+        # No typed fix: the annotation is the pod's whole GPU request, and no edit keeps it and admits the pod.
+        f"no change to this object within the policy admits it as a KAI fractional-GPU pod: ask the platform team "
+        f"to allow {fraction.mode} for {access.who}{whole}",
         severity=severity)  # type: ignore[arg-type]
 
 

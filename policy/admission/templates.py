@@ -10,12 +10,13 @@ visits the parts of the object it names, once.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import yaml
 
 from policy.admission import fractions
+from policy.admission.fixes import Fix, Pin
 from policy.admission.workloads import api_group, find_workload, object_name, read_gpu_request
 from policy.kube.fields import Path, descend, is_mapping
 from policy.spec.diagnostics import Diagnostic, format_path
@@ -119,9 +120,47 @@ class Template:
 
     def locate(self, d: Diagnostic) -> Diagnostic:
         """A finding on ``pod`` as a finding on the object: its path moved back, its message naming the template;
-        its fix kept where it applies to the object as it is."""
-        fix = d.fix.under(self.spec_path[:-1]) if d.fix is not None and self.direct else None
+        its fix kept, with its paths into the object, where it applies to the object as it is."""
+        fix = rooted(d.fix, self.spec_path[:-1]) if d.fix is not None and self.direct else None
         return replace(d, message=f"pod template {self.label}: {d.message}", path=self.real(d.path), fix=fix)
+
+
+_PATH_FIELDS = ("spec_path", "path", "container_path")
+
+
+def rooted(fix: Fix, prefix: Path) -> Fix:
+    """The fix with every path written from the object's root: a fix found on one template's pod spec at
+    ``prefix`` + ("spec",), so that the fixes of several templates can be joined into one."""
+    def edit(step: Any) -> Any:
+        if isinstance(step, Pin):
+            return replace(step, edits=tuple(edit(e) for e in step.edits))
+        moved = {f.name: (*prefix, *getattr(step, f.name)) for f in fields(step) if f.name in _PATH_FIELDS}
+        return replace(step, **moved) if moved else step
+    return replace(fix, steps=tuple(edit(s) for s in fix.steps), root=(),
+                   patch=tuple({**op, "path": (*prefix, *op["path"])} for op in fix.patch),
+                   alternatives=tuple(rooted(a, prefix) for a in fix.alternatives))
+
+
+def joined(found: Sequence[tuple[Template, tuple[Diagnostic, ...]]]) -> tuple[Diagnostic, ...]:
+    """Every template's findings, each with one fix for the whole object: the fixes of every template that has
+    findings, joined (each was checked on its own template, and the templates' pods are judged apart). Where a
+    template with an error has no fix, or two fixes move the object to different namespaces, no joined fix is
+    given, and each finding keeps its hint in words."""
+    denied = [diagnostics for _, diagnostics in found if diagnostics]
+    if len(denied) < 2:
+        return tuple(d for diagnostics in denied for d in diagnostics)
+    fixes = [next((d.fix for d in diagnostics if d.fix is not None), None) for diagnostics in denied]
+    moves = {f.namespace for f in fixes if f is not None}
+    whole: Fix | None = None
+    if None not in fixes and len(moves) <= 1:
+        for fix in fixes:
+            whole = fix if whole is None else whole.then(fix)  # type: ignore[union-attr]
+    out = []
+    for diagnostics in denied:
+        for d in diagnostics:
+            out.append(replace(d, fix=whole, hint=whole.describe()) if whole is not None and d.fix is not None
+                       else replace(d, fix=None))
+    return tuple(out)
 
 
 class KindTable:

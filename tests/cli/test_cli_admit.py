@@ -410,3 +410,24 @@ spec:
     assert out.out.startswith(f"{manifest}:5:38: warning[unknown-gpu-annotation]: Pod kai carries the annotation "
                               "'gpu_fractions', which names a GPU")
     assert "1 workload(s) checked: 0 denied" in out.err
+
+
+def test_nodes_from_a_node_list_decide_the_class_of_a_pinned_pod(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = str(Path(TKE).parents[1] / "mixed-fleet" / "cluster.yaml")
+    nodes = str(Path(__file__).resolve().parents[1] / "fixtures" / "nodes"
+                / "mixed-fleet-t4-dev-and-h100-train-nodes.yaml")
+    manifest = write(tmp_path, "pinned.yaml", """\
+apiVersion: v1
+kind: Pod
+metadata: {name: notebook, namespace: sandbox}
+spec:
+  nodeName: t4-dev-1
+  containers: [{name: lab, image: lab:1, resources: {limits: {nvidia.com/gpu: 1}}}]
+""")
+    labels = ["--namespace-labels", "sandbox=gpu-tier=sandbox"]
+    assert main(["admit", "-p", fleet, *labels, manifest]) == 1
+    assert main(["admit", "-p", fleet, *labels, "--nodes", nodes, manifest]) == 0
+    capsys.readouterr()
+    assert main(["admit", "-p", fleet, "--nodes", manifest, manifest]) == 2
+    assert "no Node object in it" in capsys.readouterr().err

@@ -43,8 +43,10 @@ def test_a_kai_gpu_fraction_pod_in_an_exclusive_only_tenant_is_denied_with_the_m
     assert found.message == ("the pod asks KAI Scheduler for a fractional GPU (gpu-fraction: '0.5', for container "
                              "'gpu-workload'): KAI shares one GPU among such pods by time-slicing, with no memory "
                              "isolation, and tenant train may use exclusive only")
-    assert found.hint == ("remove the annotation and request a whole GPU (nvidia.com/gpu: 1) in container "
-                          "'gpu-workload', or ask the platform team to allow time-slicing for tenant train")
+    assert found.hint == ("no change to this object within the policy admits it as a KAI fractional-GPU pod: ask "
+                          "the platform team to allow time-slicing for tenant train, or remove the annotation and "
+                          "request whole GPUs (nvidia.com/gpu) in container 'gpu-workload', on a class tenant train "
+                          "may use")
 
 
 def test_a_kai_pod_in_a_tenant_that_may_time_slice_is_admitted_and_with_the_mps_annotation_needs_mps() -> None:
