@@ -49,7 +49,7 @@ DEFAULT_WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
            PodTemplateRef(path="spec.explainer", containers=(ContainerRef(path="art", name="kserve-container"),))),
           "kserve/kserve pkg/apis/serving/v1beta1/inference_service.go, predictor.go, transformer.go, "
           "explainer.go @v0.15.0"),
-    _kind("serving.kserve.io", "LLMInferenceService", "llminferenceservices", ("v1alpha1",),
+    _kind("serving.kserve.io", "LLMInferenceService", "llminferenceservices", ("v1alpha1", "v1alpha2"),
           ("spec.template", "spec.worker", "spec.prefill.template", "spec.prefill.worker"),
           "kserve/kserve pkg/apis/serving/v1alpha1/llm_inference_service_types.go (WorkloadSpec: template, worker; "
           "prefill) @v0.16.0"),
