@@ -710,16 +710,36 @@ class Tenancy(Model):
 
 
 _FIELD_PATH = r"[A-Za-z_][A-Za-z0-9_-]*(\[\*\])?|\*"
+_PATH_PATTERN = rf"^({_FIELD_PATH})(\.({_FIELD_PATH}))*$"
+_RELATIVE_PATTERN = rf"^(\.|({_FIELD_PATH})(\.({_FIELD_PATH}))*)$"
+
+
+def _field_pattern(pattern: str, relative: bool) -> Any:
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if len(value) > 512 or not compiled.match(value):
+            raise PydanticCustomError(
+                "invalid-value", "{value} is not a field path: dotted field names, where name[*] walks every item of "
+                "a list and * every value of a map{dot}",
+                {"value": repr(value[:80]), "dot": "; . is the template itself" if relative else "",
+                 "hint": "write e.g. spec.workerGroupSpecs[*].template.spec or spec.pytorchReplicaSpecs.*.template"
+                         ".spec" + (" (relative to the template: container, containerSet.containers[*])"
+                                    if relative else "")})
+        return value
+    return AfterValidator(check)
+
+
 FieldPattern = Annotated[
-    str,
-    StringConstraints(pattern=rf"^({_FIELD_PATH})(\.({_FIELD_PATH}))*$", max_length=512),
+    str, _field_pattern(_PATH_PATTERN, relative=False),
     Field(description="A dotted field path; name[*] walks every item of a list, * every value of a map, e.g. "
-                      "spec.workerGroupSpecs[*].template.spec or spec.pytorchReplicaSpecs.*.template.spec."),
+                      "spec.workerGroupSpecs[*].template.spec or spec.pytorchReplicaSpecs.*.template.spec.",
+          json_schema_extra={"pattern": _PATH_PATTERN}),
 ]
 RelativePattern = Annotated[
-    str,
-    StringConstraints(pattern=rf"^(\.|({_FIELD_PATH})(\.({_FIELD_PATH}))*)$", max_length=512),
-    Field(description="A field path relative to the pod template, as FieldPattern; . is the template itself."),
+    str, _field_pattern(_RELATIVE_PATTERN, relative=True),
+    Field(description="A field path relative to the pod template, as FieldPattern; . is the template itself.",
+          json_schema_extra={"pattern": _RELATIVE_PATTERN}),
 ]
 
 

@@ -13,7 +13,7 @@ import workload_fixtures
 
 from policy.admission.engine import Engine
 from policy.admission.templates import KindTable, parse, walk
-from policy.resolved.offers import AdmissionPolicy
+from policy.resolved.offers import AdmissionPolicy, build_admission_policy
 from policy.spec import workload_kinds
 from policy.spec.diagnostics import format_path
 from policy.spec.model import PodTemplateRef, WorkloadKind
@@ -137,3 +137,42 @@ def test_a_table_kind_asking_for_gpus_outside_every_template_still_gets_the_not_
 def test_a_malformed_template_path_is_refused_by_the_spec(pattern: str) -> None:
     with pytest.raises(ValueError):
         PodTemplateRef(path=pattern)
+
+
+SPEC_KINDS = """\
+    workloadKinds:
+      - group: example.com
+        kind: Trainer
+        resource: trainers
+        versions: [v1]
+        templates:
+          - path: {path}
+"""
+
+
+def spec_with_kind(path: str) -> str:
+    spec = (ROOT / "examples" / "clusters" / "mixed-fleet" / "cluster.yaml").read_text(encoding="utf-8")
+    marker = "  admission:\n"
+    assert marker in spec
+    return spec.replace(marker, marker + SPEC_KINDS.format(path=path), 1)
+
+
+def test_a_kind_added_in_the_spec_file_reaches_the_admission_policy_after_the_built_in_ones() -> None:
+    from policy.load import load_policy
+
+    result = load_policy(spec_with_kind("spec.pods[*].template.spec"), filename="cluster.yaml")
+    assert result.ok and result.policy is not None, result.diagnostics
+    kinds = build_admission_policy(result.policy).workload_kinds
+    assert kinds[-1].kind == "Trainer" and kinds[-1].templates[0].path == "spec.pods[*].template.spec"
+
+
+def test_a_malformed_path_in_the_spec_file_is_an_error_at_its_line_and_column() -> None:
+    from policy.load import load_policy
+
+    text = spec_with_kind("spec..pods")
+    result = load_policy(text, filename="cluster.yaml")
+    assert not result.ok
+    (found,) = [d for d in result.diagnostics if d.severity == "error"]
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if "spec..pods" in row)
+    assert found.span is not None and (found.span.file, found.span.line) == ("cluster.yaml", line)
+    assert found.path[-3:] == ("templates", 0, "path")
