@@ -24,6 +24,8 @@ class Report:
 
     diagnostics: list[Diagnostic] = field(default_factory=list)
     files: int = 0
+    workloads: dict[str, int] | None = None
+    """`admit`: objects asking for GPUs, checked and not checked, and the verdicts (JSON summary.workloads)."""
 
     def extend(self, found: Iterable[Diagnostic]) -> None:
         self.diagnostics.extend(found)
@@ -78,6 +80,7 @@ def render_json(report: Report) -> str:
             "errors": report.count("error"),
             "warnings": report.count("warning"),
             "exitCode": int(report.exit_code),
+            **({"workloads": report.workloads} if report.workloads is not None else {}),
         },
         "diagnostics": [as_dict(d) for d in report.diagnostics],
     }

@@ -116,7 +116,9 @@ def _canonicalise_resources(node: Any) -> Any:
         for field in ("limits", "requests"):
             amounts = resources.get(field)
             if isinstance(amounts, dict):
-                resources[field] = {name: canonical_quantity(amount) for name, amount in amounts.items()}
+                # Only quantities: a custom resource's own table may nest (Dynamo's requests.custom).
+                resources[field] = {name: canonical_quantity(amount) if isinstance(amount, str | int | float)
+                                    and not isinstance(amount, bool) else amount for name, amount in amounts.items()}
     return out
 
 

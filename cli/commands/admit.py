@@ -25,6 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="namespace of objects that name none (default: default)")
     parser.add_argument("--output", "-O", choices=("text", "json", "github"), default="text",
                         help="how to print findings (default: text)")
+    parser.add_argument("--nodes", metavar="FILE",
+                        help="the cluster's nodes (kubectl get nodes -o yaml): a pod naming one in spec.nodeName is "
+                             "judged on the classes that node's labels select")
 
 
 @dataclass
@@ -46,8 +49,12 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(namespaces, str):
         print(f"gpupolicy admit: error: {namespaces}", file=sys.stderr)
         return 2
+    nodes = _read_nodes(args.nodes) if args.nodes else {}
+    if isinstance(nodes, str):
+        print(f"gpupolicy admit: error: {nodes}", file=sys.stderr)
+        return 2
     report = Report()
-    loaded = _load_engine(args.policy, report)
+    loaded = _load_engine(args.policy, report, nodes)
     if loaded is None:  # a broken policy is bad input, not a denied workload: CI must tell them apart
         sys.stdout.write(REPORTER_BY_NAME[args.output](report))
         return 2
@@ -58,16 +65,43 @@ def run(args: argparse.Namespace) -> int:
         tally.namespaces.setdefault(ns, {}).update(labels)
     for doc in documents:
         report.extend(_admit_document(engine, doc, args.namespace, tally, tenancy))
-    unchecked = f"; {tally.unchecked} object(s) asking for GPUs not checked" if tally.unchecked else ""
     relabelled = (f"; {tally.relabelled} namespace(s) with tenant labels set by someone other than a manager"
                   if tally.relabelled else "")
+    # Both counts, always: CI must tell "nothing was checked" from "everything was allowed".
     print(f"gpupolicy admit: {tally.objects} workload(s) checked: {tally.denied} denied, "
-          f"{tally.warned} with warnings{unchecked}{relabelled}", file=sys.stderr)
+          f"{tally.warned} with warnings; {tally.unchecked} object(s) asking for GPUs not checked{relabelled}",
+          file=sys.stderr)
+    report.workloads = {"checked": tally.objects, "notChecked": tally.unchecked, "denied": tally.denied,
+                        "warned": tally.warned}
     sys.stdout.write(REPORTER_BY_NAME[args.output](report))
     return report.exit_code
 
 
-def _load_engine(path: str, report: Report) -> tuple[Engine, Tenancy] | None:
+def _read_nodes(path: str) -> dict[str, dict[str, str]] | str:
+    """Node name -> labels from a Node list (kubectl get nodes -o yaml) or Node documents; an error message for a
+    file that cannot be read or holds no Node."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            documents = list(yaml.safe_load_all(handle))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        return f"--nodes {path}: cannot read it as YAML ({err}); give the output of `kubectl get nodes -o yaml`"
+    items = [item for doc in documents if isinstance(doc, dict)
+             for item in (doc.get("items") if isinstance(doc.get("items"), list) else [doc])]
+    nodes = {}
+    for item in items:
+        metadata = item.get("metadata") if isinstance(item, dict) and item.get("kind") == "Node" else None
+        if isinstance(metadata, dict) and isinstance(metadata.get("name"), str):
+            labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
+            nodes[metadata["name"]] = {str(k): str(v) for k, v in labels.items()}
+    if not nodes:
+        return f"--nodes {path}: no Node object in it; give the output of `kubectl get nodes -o yaml`"
+    return nodes
+
+
+def _load_engine(path: str, report: Report,
+                 nodes: dict[str, dict[str, str]] | None = None) -> tuple[Engine, Tenancy] | None:
     """The rule engine of the spec, and who may set its tenants' labels; None (findings reported) for a broken spec."""
     from cli.inputs import load_spec
     from policy.admission.engine import Engine
@@ -79,13 +113,13 @@ def _load_engine(path: str, report: Report) -> tuple[Engine, Tenancy] | None:
         report.files += 1
         report.extend(found)
         return None
-    return Engine(build_admission_policy(policy)), tenancy(policy.spec)
+    return Engine(build_admission_policy(policy), nodes=nodes), tenancy(policy.spec)
 
 
 def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tally,
                     tenancy: Tenancy) -> Iterator[Diagnostic]:
     from cli.manifests import objects
-    from policy.admission import workloads
+    from policy.admission import fractions, workloads
     from policy.admission.engine import NOT_CHECKED
     from policy.resolved.tenancy import namespace_label_findings
 
@@ -100,15 +134,22 @@ def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tall
         ns = (workload.namespace if workload else None) or _namespace(obj) or default_ns
         if workload is not None:
             yield from _cloud_vgpu(workload, prefix, doc)
+        asks = workload is not None and (not workloads.read_gpu_request(workload).empty
+                                         or fractions.read(obj, workload) is not None)
+        if asks:
+            yield from _unknown_annotations(obj, workload, prefix, doc)
         decision = engine.evaluate(obj, tenants=engine.tenants_for(tally.namespaces.get(ns, {}), namespace=ns))
-        if workload is None:
-            tally.unchecked += any(d.code == NOT_CHECKED for d in decision.diagnostics)
-        elif not workloads.read_gpu_request(workload).empty:
-            tally.objects += 1
+        not_checked = any(d.code == NOT_CHECKED for d in decision.diagnostics)
+        tally.unchecked += not_checked
+        # A Pod or controller asking for GPUs, or a workload custom resource one of whose templates does.
+        checked = (asks if workload is not None
+                   else not not_checked and any(t.requests_gpu() for t in engine.kinds.templates(obj) or ()))
+        tally.objects += checked
         tally.denied += not decision.allowed
         tally.warned += bool(decision.warnings)
+        named = workload is not None or checked
         for d in decision.diagnostics:
-            yield replace(d, message=f"{decision.subject} (namespace {ns}): {d.message}" if workload else d.message,
+            yield replace(d, message=f"{decision.subject} (namespace {ns}): {d.message}" if named else d.message,
                           path=(*prefix, *d.path), span=doc.source.span((*prefix, *d.path), key=True),
                           fix=d.fix.under(prefix) if d.fix is not None else None)
 
@@ -126,6 +167,23 @@ def _cloud_vgpu(workload: Any, prefix: Path, doc: Document) -> Iterator[Diagnost
             f"does not check them: {product.managed_by} schedules and limits them",
             path, "size these pods with the cloud's own documentation (" + product.source + ")",
             severity="info", span=doc.source.span(path, key=True))
+
+
+def _unknown_annotations(obj: dict[str, Any], workload: Any, prefix: Path, doc: Document) -> Iterator[Diagnostic]:
+    """A GPU pod's annotations that name a GPU and that no scheduler or plugin gpupolicy knows reads: often a
+    misspelt KAI or HAMi key (gpu_fraction, gpu-fractions), which leaves the pod with what its resources say."""
+    from policy.admission import fractions
+    from policy.spec.diagnostics import Diagnostic
+
+    for key, at in fractions.unknown_gpu_annotations(obj, workload):
+        path = (*prefix, *at)
+        yield Diagnostic(
+            "unknown-gpu-annotation",
+            f"{workload.subject} carries the annotation {key!r}, which names a GPU but which neither KAI Scheduler "
+            "(gpu-fraction, gpu-memory, gpu-fraction-num-devices, gpu-fraction-container-name), HAMi nor NVIDIA's "
+            "device plugin reads, so it changes nothing gpupolicy checks",
+            path, "correct its spelling, or remove it (docs/admission.md lists the keys that are read)",
+            severity="warning", span=doc.source.span(path, key=True))
 
 
 def _namespace(obj: dict[str, Any]) -> str | None:

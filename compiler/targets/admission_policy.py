@@ -29,23 +29,26 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from compiler import objects
 from compiler.objects import Obj
 from compiler.targets import admission_policy_cost
 from compiler.targets.admission_webhook import RESOURCE_RULES, excluded_namespaces
+from compiler.targets.workload_kinds import OPERATIONS as WORKLOAD_OPERATIONS
+from compiler.targets.workload_kinds import resource_rules as workload_rules
 from policy.admission.engine import DEFAULT_WHO
 from policy.admission.rules import RULES, ClassView, excludes
+from policy.admission.templates import parse
 from policy.admission.vgpu import HamiAdmission
 from policy.admission.workloads import GPU_PREFIX
 from policy.kube.scheduling import NodeRequirement
 from policy.resolved import offers
 from policy.resolved.resolve import GPU, MIG_PREFIX, ResolvedPolicy
-from policy.spec.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, Spec
+from policy.spec.model import SHARING_MODES, ClusterGPUPolicy, PodTemplateRef, RuleId, RuleMode, Spec, WorkloadKind
 
-__all__ = ["ACTIONS", "NOT_COMPILED", "NOT_DECIDED", "PATHS", "PodSpecPath", "cel_rules", "lit",
+__all__ = ["ACTIONS", "NOT_COMPILED", "NOT_DECIDED", "PATHS", "PodSpecPath", "cel_rules", "lit", "paths_for",
            "policy_names", "render_admission_policies", "report_notes", "tenant_requirement", "tenant_selectors",
            "variables_of"]
 
@@ -89,6 +92,14 @@ NOT_DECIDED: tuple[tuple[str, str], ...] = (
      "or nodeName as an empty one; the engine also compares container positions and other nvidia.com/ amounts, "
      "so an UPDATE that only moves a GPU container among the others, or changes only an amount no class offers, "
      "is allowed by the policies and checked by the webhook"),
+    ("KAI fractional GPUs", "a pod asking KAI Scheduler for a fraction of a GPU by annotation (gpu-fraction, "
+     "gpu-memory) asks for no nvidia.com/ resource, so the policies' matchConditions skip it; the webhook checks its "
+     "sharing mode against the tenant"),
+    ("workload custom resources", "the policies read a custom resource's pod template only where it is a plain "
+     "pod spec at a path they already read (Knative's Service and Configuration at spec.template.spec); templates "
+     "behind a list or map (KubeRay worker groups, Kubeflow replica specs, Argo templates), at other paths, or with "
+     "containers, GPU keys or a podSpecPatch outside the pod spec (KServe, NIM, Dynamo, Argo) are left to the "
+     "webhook, which reads every template of the workload-kinds table"),
     ("pods beyond the cost envelope", "a pod larger than the envelope the cost is estimated for "
      "(docs/validating-admission-policy.md) may exhaust the API server's CEL budget; failurePolicy then decides "
      "(Ignore beside the webhook, which then decides)"),
@@ -110,6 +121,9 @@ class PodSpecPath:
     name: str
     path: tuple[str, ...]
     rules: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]
+    custom: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = ()
+    """Workload custom resources whose pod template is a plain pod spec at this same path: (group, versions,
+    resources), matched on CREATE and UPDATE (Knative's Service and Configuration at spec.template.spec)."""
 
     def spec(self, var: str) -> str:
         """The pod spec of ``object`` or ``oldObject``."""
@@ -129,6 +143,28 @@ PATHS: tuple[PodSpecPath, ...] = (
                 (("batch", ("cronjobs",), ("CREATE", "UPDATE")),)),
 )
 
+
+
+def paths_for(kinds: Iterable[WorkloadKind]) -> tuple[PodSpecPath, ...]:
+    """PATHS, each also matching the table's kinds that carry a plain pod spec at its path. A template behind a
+    list or map wildcard, at another path, or with containers, GPU keys or a patch outside its pod spec is left
+    to the webhook (NOT_DECIDED)."""
+    found: dict[tuple[str, ...], list[WorkloadKind]] = {}
+    for kind in kinds:
+        for ref in kind.templates:
+            steps = parse(ref.path)
+            if all(isinstance(step, str) for step in steps) and _plain(ref):
+                found.setdefault(tuple(str(step) for step in steps), []).append(kind)
+    out = []
+    for path in PATHS:
+        matched = found.get(path.path, [])
+        rules = workload_rules(matched) if matched else ()
+        out.append(replace(path, custom=rules) if rules else path)
+    return tuple(out)
+
+
+def _plain(ref: PodTemplateRef) -> bool:
+    return ref.pod_spec == "." and not ref.containers and not ref.gpu_keys and ref.pod_spec_patch is None
 
 
 # ---------------------------------------------------------------- CEL text builders
@@ -709,7 +745,9 @@ def _policy_object(resolved: ResolvedPolicy, document: offers.AdmissionPolicy, d
             "matchPolicy": "Equivalent",
             "namespaceSelector": {"matchExpressions": [objects.selector_expression(excluded_namespaces(policy))]},
             "resourceRules": [{"apiGroups": [group], "apiVersions": ["v1"], "operations": list(ops),
-                               "resources": list(res), "scope": "Namespaced"} for group, res, ops in path.rules],
+                               "resources": list(res), "scope": "Namespaced"} for group, res, ops in path.rules]
+            + [{"apiGroups": [group], "apiVersions": list(versions), "operations": list(WORKLOAD_OPERATIONS),
+                "resources": list(res), "scope": "Namespaced"} for group, versions, res in path.custom],
         },
         "matchConditions": _match_conditions(path),
         "variables": [{"name": n, "expression": e} for n, e in variables_of(document, path, data)],
@@ -753,7 +791,7 @@ def render_admission_policies(resolved: ResolvedPolicy) -> list[Obj]:
     document = offers.build_admission_policy(resolved)
     data = _data(document)
     out: list[Obj] = []
-    for path in PATHS:
+    for path in paths_for(document.workload_kinds):
         for mode, rules in rules_by_mode(document).items():
             out.append(_policy_object(resolved, document, data, path, mode, rules))
             out.append(_binding(resolved.policy, path, mode))

@@ -44,20 +44,22 @@ No private key is ever part of the output.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from compiler import objects
 from compiler.objects import Obj
-from compiler.targets import dra
+from compiler.targets import dra, workload_kinds
+from policy.admission import fractions
 from policy.checks.tenants import tenant_requirements, tenant_selector_too_complex
 from policy.kube import selectors
 from policy.resolved import offers
 from policy.resolved.resolve import ResolvedPolicy
 from policy.spec.diagnostics import PolicyError
-from policy.spec.model import Admission, ClusterGPUPolicy, Tenant
+from policy.spec.model import Admission, ClusterGPUPolicy, Tenant, WorkloadKind
+from policy.spec.workload_kinds import DEFAULT_WORKLOAD_KINDS
 
-__all__ = ["MATCH_CONDITIONS", "RESOURCE_RULES", "excluded_namespaces", "render_admission"]
+__all__ = ["MATCH_CONDITIONS", "RESOURCE_RULES", "excluded_namespaces", "match_conditions", "render_admission"]
 
 NAME = "gpupolicy-webhook"
 CONFIGURATION_NAME = "gpupolicy"
@@ -108,28 +110,53 @@ _REQUESTS_NVIDIA = (
     "(has(c.resources.requests) && c.resources.requests.exists(k, k.startsWith('nvidia.com/')))))"
 )
 
-#: (name, CEL expression) pairs; the API server calls the webhook only when all are true (webhook.md §1.9).
-#: Only has() guards and standard macros: they compile on every API server with matchConditions (beta 1.28,
-#: GA 1.30), before optionals (1.29) and cel.bind. A one-element list plus exists() binds the pod spec.
-MATCH_CONDITIONS: tuple[tuple[str, str], ...] = (
-    # object or oldObject, so an UPDATE that removes the GPUs still reaches the webhook; oldObject is null
-    # on CREATE.
-    (
-        "requests-nvidia-resources",
-        "[object, oldObject].exists(o, o != null && has(o.spec) && "
-        f"[{_pod_spec('o')}].exists(s, {_REQUESTS_NVIDIA}))",
-    ),
-    # The engine never denies an UPDATE that leaves the pod spec alone (design.md §4), so such UPDATEs are
-    # not sent at all. It keeps controllers working during an outage: the Deployment controller scales and
-    # annotates ReplicaSets with plain UPDATEs of the main resource (pkg/controller/deployment/sync.go,
-    # scaleReplicaSet), and the garbage collector edits ownerReferences and finalizers the same way.
-    (
-        "pod-spec-created-or-changed",
-        "request.operation != 'UPDATE' || object == null || oldObject == null"
-        " || !has(object.spec) || !has(oldObject.spec)"
-        f" || [{_pod_spec('object')}] != [{_pod_spec('oldObject')}]",
-    ),
+def _pod_metadata(var: str) -> str:
+    """The pod's metadata, chosen by shape like _pod_spec (a template's own for a controller)."""
+    return (
+        f"has({var}.spec.jobTemplate) && has({var}.spec.jobTemplate.spec)"
+        f" && has({var}.spec.jobTemplate.spec.template) && has({var}.spec.jobTemplate.spec.template.metadata)"
+        f" ? {var}.spec.jobTemplate.spec.template.metadata"
+        f" : has({var}.spec.template) && has({var}.spec.template.metadata) ? {var}.spec.template.metadata"
+        f" : has({var}.metadata) ? {var}.metadata : {{}}"
+    )
+
+
+# KAI Scheduler's fractional GPUs are asked by pod annotation, not by resource (policy/admission/fractions.py).
+_ASKS_KAI = (f"[{_pod_metadata('o')}].exists(m, has(m.annotations) && type(m.annotations) == map && ("
+             + " || ".join(f"'{key}' in m.annotations" for key in fractions.ASKING) + "))")
+
+
+def match_conditions(kinds: Sequence[WorkloadKind]) -> tuple[tuple[str, str], ...]:
+    """(name, CEL expression) pairs; the API server calls the webhook only when all are true (webhook.md §1.9).
+    Only has() guards and standard macros: they compile on every API server with matchConditions (beta 1.28,
+    GA 1.30), before optionals (1.29) and cel.bind. A one-element list plus exists() binds the pod spec; an
+    object of a workload kind asks for a GPU where one of its templates does (compiler/targets/workload_kinds.py)."""
+    return (
+        # object or oldObject, so an UPDATE that removes the GPUs still reaches the webhook; oldObject is null
+        # on CREATE.
+        (
+            "requests-nvidia-resources",
+            "[object, oldObject].exists(o, o != null && has(o.spec) && "
+            f"([{_pod_spec('o')}].exists(s, {_REQUESTS_NVIDIA}) || {_ASKS_KAI}"
+            f" || {workload_kinds.asks_for_gpu('o', kinds)}))",
+        ),
+        _UNCHANGED,
+    )
+
+
+# The engine never denies an UPDATE that leaves the pod spec alone (design.md §4), so such UPDATEs are
+# not sent at all. It keeps controllers working during an outage: the Deployment controller scales and
+# annotates ReplicaSets with plain UPDATEs of the main resource (pkg/controller/deployment/sync.go,
+# scaleReplicaSet), and the garbage collector edits ownerReferences and finalizers the same way. A workload
+# custom resource's templates are under its spec, so a change of its spec is sent.
+_UNCHANGED = (
+    "pod-spec-created-or-changed",
+    "request.operation != 'UPDATE' || object == null || oldObject == null"
+    " || !has(object.spec) || !has(oldObject.spec)"
+    f" || [{_pod_spec('object')}] != [{_pod_spec('oldObject')}]",
 )
+#: The conditions for the built-in workload-kinds table (a spec that adds kinds gets match_conditions of its own).
+MATCH_CONDITIONS = match_conditions(DEFAULT_WORKLOAD_KINDS)
 
 # Pods are checked on CREATE only: a pod's containers and extended-resource requests cannot change after
 # creation (in-place resize covers cpu and memory only). Pod controllers are checked on CREATE and UPDATE
@@ -436,10 +463,11 @@ def _webhook_configuration(policy: ClusterGPUPolicy) -> Obj:
     # Sorted by name, so reordering tenants in the spec changes no byte; the index locates diagnostics.
     tenants = sorted(enumerate(policy.spec.tenants), key=lambda item: item[1].name)
     default = [excluded, *(_negation(tenant, index) for index, tenant in tenants)]
-    entries = [_webhook(admission, DEFAULT_WEBHOOK, "/validate", default)]
+    kinds = workload_kinds.kinds_of(policy)
+    entries = [_webhook(admission, DEFAULT_WEBHOOK, "/validate", default, kinds)]
     entries += [
         _webhook(admission, f"{t.name}.{TENANT_WEBHOOK_SUFFIX}", f"/validate/tenant/{t.name}",
-                 [excluded, *tenant_requirements(t)])
+                 [excluded, *tenant_requirements(t)], kinds)
         for _, t in tenants
     ]
     entries += dra.claim_webhooks(policy, entries)  # DRA claims and templates (compiler/targets/dra.py)
@@ -469,7 +497,8 @@ def _negation(tenant: Tenant, index: int) -> selectors.Requirement:
 
 
 def _webhook(
-    admission: Admission, name: str, path: str, namespace_requirements: list[selectors.Requirement]
+    admission: Admission, name: str, path: str, namespace_requirements: list[selectors.Requirement],
+    kinds: Sequence[WorkloadKind],
 ) -> Obj:
     client: Obj = {"service": {"name": NAME, "namespace": admission.namespace, "path": path, "port": 443}}
     if admission.certificates.source == "secret" and admission.certificates.ca_bundle:
@@ -486,10 +515,17 @@ def _webhook(
             {"apiGroups": [group], "apiVersions": ["v1"], "operations": list(operations),
              "resources": list(resources), "scope": "Namespaced"}
             for group, resources, operations in RESOURCE_RULES
+        ] + [
+            # Workload custom resources on CREATE and UPDATE, like the pod controllers. Namespaced only: a
+            # cluster-scoped kind (ClusterTrainingRuntime) has no namespace, so no tenant, and every entry would
+            # see it; `gpupolicy admit` checks those offline.
+            {"apiGroups": [group], "apiVersions": list(versions), "operations": list(workload_kinds.OPERATIONS),
+             "resources": list(resources), "scope": "Namespaced"}
+            for group, versions, resources in workload_kinds.resource_rules(kinds)
         ],
         "sideEffects": "None",
         "timeoutSeconds": admission.timeout_seconds,
-        "matchConditions": [{"name": n, "expression": e} for n, e in MATCH_CONDITIONS],
+        "matchConditions": [{"name": n, "expression": e} for n, e in match_conditions(kinds)],
     }
 
 

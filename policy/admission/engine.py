@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
-from policy.admission import budget, claims, remedies
+from policy.admission import budget, claims, fractions, remedies, templates
 from policy.admission.rules import (
     RULES,
     Access,
@@ -19,6 +19,7 @@ from policy.admission.rules import (
     Conflict,
     Facts,
     placement_conflict,
+    requirement_field,
     terms_conflict,
 )
 from policy.admission.vgpu import HamiAdmission
@@ -34,7 +35,7 @@ from policy.admission.workloads import (
     read_placement,
 )
 from policy.kube import selectors
-from policy.kube.scheduling import NodeTaint, Placement, Toleration
+from policy.kube.scheduling import NodeRequirement, NodeTaint, Placement, Toleration
 from policy.resolved.offers import ALWAYS_ENFORCED, AdmissionPolicy, TenantDoc
 from policy.spec.diagnostics import Diagnostic, Path, Severity, bounded, format_path, shorten
 from policy.spec.model import RuleId
@@ -126,10 +127,13 @@ class _Tenant:
 class Engine:
     """Evaluates objects against one admission policy; build it once per policy, call ``evaluate`` often."""
 
-    def __init__(self, policy: AdmissionPolicy, *, memo_size: int = MEMO_SIZE) -> None:
+    def __init__(self, policy: AdmissionPolicy, *, memo_size: int = MEMO_SIZE,
+                 nodes: Mapping[str, Mapping[str, str]] | None = None) -> None:
         """``memo_size``: how many verdicts to remember (0: judge every object afresh, as the benchmarks do to
-        time the rules themselves)."""
+        time the rules themselves). ``nodes``: node name -> labels, where known (`admit --nodes`): a pod whose
+        spec.nodeName names one of them may run only on the classes whose selectors that node's labels meet."""
         self.policy = policy
+        self._nodes = dict(nodes or {})
         self._classes = tuple(ClassView.from_doc(c) for c in policy.classes)
         self._no_conflicts: tuple[Conflict | None, ...] = (None,) * len(self._classes)
         self._tenants = {t.name: _compile_tenant(t, i) for i, t in enumerate(policy.tenants)}
@@ -139,6 +143,7 @@ class Engine:
         self._severity = {rule.id: "error" if rule.id in ALWAYS_ENFORCED else
                           SEVERITY[policy.rules.get(rule.id, rule.default_mode)] for rule in RULES}
         self._tainted = frozenset(i for i, view in enumerate(self._classes) if view.taints)
+        self._selector_keys = tuple(sorted({key for view in self._classes for key, _ in view.node_selector}))
         self._untolerated: dict[tuple[Any, ...], tuple[tuple[int, NodeTaint], ...]] = {}
         self._context = remedies.Context(policy.cluster)
         # Work done once per policy rather than per review (docs/performance.md): which classes know a
@@ -157,6 +162,7 @@ class Engine:
         self._lacks: dict[str, frozenset[int]] = {}
         self._claims = claims.ClaimPolicy.build(policy)  # DRA claims (policy.admission.claims)
         self._hami = HamiAdmission.build(policy)  # vGPU pods see only the vgpu classes (policy.admission.vgpu)
+        self.kinds = templates.KindTable(policy.workload_kinds)  # custom resources with pod templates
         self._memo: dict[tuple[tuple[str, ...], bytes], tuple[bool, tuple[Diagnostic, ...]] | None] = {}
         self._memo_size = memo_size
         # The most GPU devices one node of any class offers, all resources together, and that class: a pod with more
@@ -202,7 +208,10 @@ class Engine:
                 return denied
         workload = find_workload(obj)
         if workload is None:
-            return _unchecked(obj)
+            found = self.kinds.templates(obj)
+            if found is None:
+                return _unchecked(obj)
+            return self._evaluate_templates(obj, found, tenants, operation, old_obj, expired)
         request = None
         if operation == "UPDATE":
             request = read_gpu_request(workload)
@@ -242,14 +251,44 @@ class Engine:
                                     who) if workload is not None else ()
         return Decision(False, found, workload.subject) if found and workload is not None else None
 
+    def _evaluate_templates(self, obj: Mapping[str, Any], found: tuple[templates.Template, ...], tenants: Sequence[str],
+                            operation: str, old_obj: Mapping[str, Any] | None, expired: budget.Expired) -> Decision:
+        """A workload custom resource: each pod template judged as a Pod (an UPDATE against the same template of
+        the old object), every finding moved back to the template's fields and naming the template. One that asks
+        for GPUs in no template the table knows gets the workload-not-checked notice, as an unknown kind does."""
+        old = {t.path: t.pod for t in self.kinds.templates(old_obj) or ()} if operation == "UPDATE" else {}
+        allowed, judged = True, []
+        for template in found:
+            if not template.requests_gpu():
+                continue
+            decision = self.evaluate(template.pod, tenants=tenants, operation=operation, old_obj=old.get(template.path),
+                                     expired=expired)
+            allowed = allowed and decision.allowed
+            judged.append((template, tuple(template.locate(d) for d in decision.diagnostics)))
+        if not judged:
+            return _unchecked(obj)
+        return Decision(allowed, templates.joined(judged), self.kinds.subject(obj))
+
     def _judge(self, template: Mapping[str, Any], workload: Workload, tenants: tuple[str, ...],
                request: GpuRequest | None, expired: budget.Expired) -> tuple[bool, tuple[Diagnostic, ...]] | None:
         """The verdict and findings (each with its checked fix) on an object without its instance fields; None
         when it asks for no GPU. ``request``: the workload's, when already read."""
         if request is None:
             request = read_gpu_request(workload)
+        fraction = fractions.read(template, workload)  # KAI's fractional GPUs ask by annotation, not by resource
+        kai = fractions.finding(fraction, self.access(tenants), self._severity["tenant-sharing-mode-denied"]) \
+            if fraction is not None else None
         if request.empty:
-            return None
+            return None if fraction is None else (kai is None or kai.severity != "error", (kai,) if kai else ())
+        judged = self._judge_request(template, workload, tenants, request, expired)
+        if kai is None:
+            return judged
+        allowed, diagnostics = judged if judged is not None else (True, ())
+        return allowed and kai.severity != "error", (kai, *diagnostics)
+
+    def _judge_request(self, template: Mapping[str, Any], workload: Workload, tenants: tuple[str, ...],
+                       request: GpuRequest, expired: budget.Expired) -> tuple[bool, tuple[Diagnostic, ...]] | None:
+        """The verdict and findings on a workload's nvidia.com/ request (not empty)."""
         beyond = self.beyond_every_class(workload, request)
         if beyond is not None:
             return beyond.severity != "error", (beyond,)
@@ -301,6 +340,8 @@ class Engine:
     def _assess(self, obj: Mapping[str, Any], workload: Workload, request: GpuRequest,
                 tenants: tuple[str, ...]) -> remedies.Assessment:
         placement = read_placement(workload, tolerations=bool(self._tainted))
+        if placement.node_name is not None and placement.node_name in self._nodes:
+            placement = _on_node(placement, self._nodes[placement.node_name], self._selector_keys, workload.spec_path)
         if self._tainted:
             placement = _with_implied_tolerations(placement, request)
         untolerated = self._untolerated_by(placement)
@@ -359,7 +400,7 @@ class Engine:
             excluded = (self._knows.get(req.key, frozenset()) - self._carries.get((req.key, req.values[0]),
                                                                                   frozenset())) | self._lacking(req.key)
             if excluded:
-                conflict = Conflict(req.path, "nodeSelector", req)
+                conflict = Conflict(req.path, requirement_field(req, placement), req)
                 for i in excluded:
                     conflicts[i] = conflict
         if placement.terms:
@@ -428,6 +469,16 @@ def _memo_key(template: Mapping[str, Any], tenants: tuple[str, ...]) -> tuple[tu
     if len(data) > _MEMO_MAX_KEY_BYTES or (b"null" in data and orjson.loads(data) != template):
         return None
     return tenants, data
+
+
+def _on_node(placement: Placement, labels: Mapping[str, str], keys: Sequence[str], spec_path: Path) -> Placement:
+    """The placement of a pod bound to a node whose labels are known: for every label key a class selects by, the
+    node's value (or its absence), as requirements at spec.nodeName, so exactly the classes that node can be of
+    remain (the scheduler is bypassed; the kubelet of that node admits the pod)."""
+    at = (*spec_path, "nodeName")
+    pinned = tuple(NodeRequirement(key, "In", (labels[key],), at) if isinstance(labels.get(key), str)
+                   else NodeRequirement(key, "DoesNotExist", (), at) for key in keys)
+    return replace(placement, node_selector=(*placement.node_selector, *pinned))
 
 
 def _with_implied_tolerations(placement: Placement, request: GpuRequest) -> Placement:

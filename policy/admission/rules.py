@@ -214,8 +214,16 @@ def placement_conflict(placement: Placement, view: ClassView, spec_path: Path = 
     ``spec_path`` locates a taint conflict at the pod spec's tolerations."""
     for req in placement.node_selector:
         if excludes(req, view):
-            return Conflict(req.path, "nodeSelector", req)
+            return Conflict(req.path, requirement_field(req, placement), req)
     return terms_conflict(placement.terms, view) or taint_conflict(placement, view, spec_path)
+
+
+def requirement_field(req: NodeRequirement, placement: Placement) -> str:
+    """How a message names where a placement requirement comes from: the pod's nodeSelector, or the labels of the
+    node its spec.nodeName names, where they are known (the engine's node list)."""
+    if req.path[-1:] == ("nodeName",) and placement.node_name:
+        return f"nodeName {placement.node_name} (labelled)"
+    return "nodeSelector"
 
 
 def taint_conflict(placement: Placement, view: ClassView, spec_path: Path = ()) -> Conflict | None:

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from policy.resolved import dra
 from policy.resolved.resolve import GPU, Isolation, ResolvedClass, ResolvedPolicy, resolve
 from policy.resolved.vgpu_scope import hami_scope
-from policy.spec.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, SharingMode
+from policy.spec import workload_kinds
+from policy.spec.model import SHARING_MODES, ClusterGPUPolicy, RuleId, RuleMode, SharingMode, WorkloadKind
 
 __all__ = ["ADMISSION_POLICY_VERSION", "ALL_RULES", "ALWAYS_ENFORCED", "GPU", "AdmissionPolicy", "ClassDoc",
            "DraClassDoc", "DraDoc", "HamiDoc", "OfferDoc", "TaintDoc", "TenantDoc", "VgpuClassDoc",
@@ -146,6 +147,8 @@ class AdmissionPolicy(_Doc):
     """The HAMi install, when a class uses vgpu."""
     dra: DraDoc | None = None
     """The DRA pool, when a class uses allocation: dra (left out of the JSON otherwise)."""
+    workload_kinds: tuple[WorkloadKind, ...] = ()
+    """Custom resources whose pod templates are checked (policy/spec/workload_kinds.py and the spec's own)."""
 
     def to_json(self) -> str:
         """Deterministic JSON: sorted keys, two-space indent, final newline."""
@@ -196,6 +199,7 @@ def build_admission_policy(policy: ClusterGPUPolicy | ResolvedPolicy) -> Admissi
         rules=rules,
         hami=_hami_doc(resolved),
         dra=_dra_doc(resolved),
+        workload_kinds=workload_kinds.merged(spec.admission.workload_kinds),
     )
 
 

@@ -115,6 +115,7 @@ InventoryCode = Literal[
 NoticeCode = Literal[
     "workload-not-checked",
     "cloud-vgpu-not-checked",
+    "unknown-gpu-annotation",
     "tenant-label-set-by-non-manager",
 ]
 

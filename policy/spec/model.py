@@ -734,6 +734,102 @@ class Tenancy(Model):
     """Further users, groups and service accounts that may set the tenant labels."""
 
 
+_FIELD_PATH = r"[A-Za-z_][A-Za-z0-9_-]*(\[\*\])?|\*"
+_PATH_PATTERN = rf"^({_FIELD_PATH})(\.({_FIELD_PATH}))*$"
+_RELATIVE_PATTERN = rf"^(\.|({_FIELD_PATH})(\.({_FIELD_PATH}))*)$"
+
+
+def _field_pattern(pattern: str, relative: bool) -> Any:
+    compiled = re.compile(pattern)
+
+    def check(value: str) -> str:
+        if len(value) > 512 or not compiled.match(value):
+            raise PydanticCustomError(
+                "invalid-value", "{value} is not a field path: dotted field names, where name[*] walks every item of "
+                "a list and * every value of a map{dot}",
+                {"value": repr(value[:80]), "dot": "; . is the template itself" if relative else "",
+                 "hint": "write e.g. spec.workerGroupSpecs[*].template.spec or spec.pytorchReplicaSpecs.*.template"
+                         ".spec" + (" (relative to the template: container, containerSet.containers[*])"
+                                    if relative else "")})
+        return value
+    return AfterValidator(check)
+
+
+FieldPattern = Annotated[
+    str, _field_pattern(_PATH_PATTERN, relative=False),
+    Field(description="A dotted field path; name[*] walks every item of a list, * every value of a map, e.g. "
+                      "spec.workerGroupSpecs[*].template.spec or spec.pytorchReplicaSpecs.*.template.spec.",
+          json_schema_extra={"pattern": _PATH_PATTERN}),
+]
+RelativePattern = Annotated[
+    str, _field_pattern(_RELATIVE_PATTERN, relative=True),
+    Field(description="A field path relative to the pod template, as FieldPattern; . is the template itself.",
+          json_schema_extra={"pattern": _RELATIVE_PATTERN}),
+]
+
+
+class ContainerRef(Model):
+    """A single container a workload kind writes outside the pod spec's containers list (KServe's
+    predictor.model, Argo's template.container), read as one more container of the pod."""
+
+    path: RelativePattern
+    """Where the container is, relative to the template (. for the template itself)."""
+    name: str = ""
+    """The name its controller gives the container when it has none (Argo: main)."""
+    resources: str = "resources"
+    """The field holding its limits and requests (Kubeflow TrainJob: resourcesPerNode)."""
+    init: StrictBool = False
+    """An init container (it runs before the others)."""
+
+
+class GpuKey(Model):
+    """A custom field that asks for GPUs (NVIDIA Dynamo's resources.limits.gpu: "4")."""
+
+    path: RelativePattern
+    """Where the amount is, relative to the template."""
+    resource: QualifiedName = "nvidia.com/gpu"
+    """The extended resource the controller turns the amount into."""
+    field: Literal["limits", "requests"] = "limits"
+    """Whether the controller writes the amount as a limit or a request of the pod's container."""
+    meaning: str = ""
+    """What the key means, in the project's words (shown in docs and messages)."""
+
+
+class PodTemplateRef(Model):
+    """One place a workload kind carries a pod template."""
+
+    path: FieldPattern
+    """Where the template is in the object."""
+    pod_spec: RelativePattern = "."
+    """Where the pod spec fields (containers, nodeSelector, affinity, tolerations, nodeName) are, relative to the
+    template."""
+    containers: tuple[ContainerRef, ...] = ()
+    """Containers written outside the pod spec's containers and initContainers lists."""
+    pod_spec_patch: RelativePattern | None = None
+    """A string field holding a patch of the pod spec as JSON or YAML (Argo's podSpecPatch), merged in: its
+    containers by name, its nodeSelector by key, its tolerations appended."""
+    gpu_keys: tuple[GpuKey, ...] = ()
+    """Custom fields that ask for GPUs."""
+
+
+class WorkloadKind(Model):
+    """A custom resource whose objects carry pod templates inline: checked at apply time, template by template."""
+
+    group: Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)]
+    """The API group, e.g. serving.kserve.io."""
+    kind: Annotated[str, StringConstraints(pattern=r"^[A-Z][A-Za-z0-9]*$", max_length=63)]
+    """The kind, e.g. InferenceService."""
+    resource: Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=63)]
+    """The plural resource name the webhook and the ValidatingAdmissionPolicy match, e.g. inferenceservices."""
+    versions: tuple[Annotated[str, StringConstraints(pattern=r"^v[0-9]+((alpha|beta)[0-9]+)?$")], ...] = \
+        Field(min_length=1)
+    """The API versions to match."""
+    templates: tuple[PodTemplateRef, ...] = Field(min_length=1)
+    """Every place the kind carries a pod template."""
+    source: str = ""
+    """Where the kind's API is defined (repository, path, tag)."""
+
+
 class Admission(Model):
     enabled: StrictBool = True
     """Compile the webhook's manifests into the tree."""
@@ -768,6 +864,10 @@ class Admission(Model):
     Default: both from Kubernetes 1.30 (VAP GA), webhook below."""
     tenancy: Tenancy = Tenancy()
     """Who may set the namespace labels the tenants' selectors read, and so move a namespace between tenants."""
+    workload_kinds: tuple[WorkloadKind, ...] = ()
+    """Custom resources that carry pod templates, beyond the built-in table (docs/admission.md): each is checked
+    template by template at apply time, and the webhook and the ValidatingAdmissionPolicy match it. An entry with
+    the group and kind of a built-in one replaces it."""
 
 
 def _percent(value: str) -> str:

@@ -140,10 +140,7 @@ def test_warn_mode_findings_are_printed_but_do_not_fail(tmp_path: Path, capsys: 
     assert "warning[shared-gpu-request-above-one]" in capsys.readouterr().out
 
 
-def test_custom_resources_that_wrap_gpu_pod_templates_get_a_notice_not_a_verdict(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    ray = """\
+RAY = """\
 apiVersion: ray.io/v1
 kind: RayCluster
 metadata: {name: ray}
@@ -154,12 +151,29 @@ spec:
           containers:
             - {name: w, resources: {limits: {nvidia.com/gpu: 2}}}
 """
-    manifest = write(tmp_path, "ray.yaml", ray)
-    assert main(["admit", "-p", TKE, manifest]) == 0
+
+
+def test_custom_resources_that_wrap_gpu_pod_templates_are_judged_template_by_template(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = write(tmp_path, "ray.yaml", RAY)
+    assert main(["admit", "-p", TKE, manifest]) == 1
     out = capsys.readouterr()
-    assert out.out.startswith(f"{manifest}:2:1: info[workload-not-checked]: RayCluster ray (ray.io API group) asks "
-                              "for nvidia.com/gpu in a kind whose pod templates gpupolicy does not read")
-    assert "0 workload(s) checked: 0 denied, 0 with warnings; 1 object(s) asking for GPUs not checked" in out.err
+    assert out.out.startswith(f"{manifest}:9:46: error[shared-gpu-request-above-one]: RayCluster ray (namespace "
+                              "default): pod template spec.workerGroupSpecs[0].template.spec: container \"w\" "
+                              "requests 2")
+    assert "1 workload(s) checked: 1 denied, 0 with warnings; 0 object(s) asking for GPUs not checked" in out.err
+
+
+def test_the_json_summary_counts_workloads_checked_and_not_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unknown = RAY.replace("ray.io/v1", "example.com/v1").replace("RayCluster", "Trainer")
+    manifests = [write(tmp_path, "ray.yaml", RAY), write(tmp_path, "other.yaml", unknown),
+                 write(tmp_path, "seed.yaml", SEED)]
+    assert main(["admit", "-p", TKE, "--output", "json", *manifests]) == 1
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert summary["workloads"] == {"checked": 2, "notChecked": 1, "denied": 2, "warned": 0}
 
 
 @pytest.mark.parametrize(("limits", "product"), [
@@ -293,11 +307,14 @@ kind: SeldonDeployment
 metadata: {name: sd}
 spec: {predictors: [{componentSpecs: [{spec: {containers: [{resources: {limits: {nvidia.com/gpu: 1}}}]}}]}]}
 """
-    assert main(["admit", "-p", TKE, write(tmp_path, "crs.yaml", objects)]) == 0
+    # The Workflow (1 GPU in a script template) fits a time-sliced class; the LLMInferenceService asks for 2 shared
+    # replicas in one container; the SeldonDeployment is no kind of the table.
+    assert main(["admit", "-p", TKE, write(tmp_path, "crs.yaml", objects)]) == 1
     out = capsys.readouterr()
-    assert out.out.count("info[workload-not-checked]") == 3
-    assert "Workflow train-* (argoproj.io API group) asks for nvidia.com/gpu" in out.out
-    assert "0 workload(s) checked: 0 denied, 0 with warnings; 3 object(s) asking for GPUs not checked" in out.err
+    assert out.out.count("info[workload-not-checked]") == 1
+    assert "SeldonDeployment sd (machinelearning.seldon.io API group) asks for nvidia.com/gpu" in out.out
+    assert "LLMInferenceService llama (namespace default): pod template spec.template: container \"main\"" in out.out
+    assert "2 workload(s) checked: 1 denied, 0 with warnings; 1 object(s) asking for GPUs not checked" in out.err
 
 
 @pytest.mark.parametrize(("limits", "said"), [
@@ -378,3 +395,42 @@ def test_a_megabyte_name_and_resource_key_are_quoted_shortened_in_every_output(
         assert [d["code"] for d in found] == ["gpu-request-unsatisfiable", "shared-gpu-request-above-one"]
         # A patch with a value cut short would edit another path: the hint says what to do, no fix data is given.
         assert [d["fix"] for d in found] == [None, None]
+
+
+def test_a_gpu_pod_with_a_gpu_annotation_nothing_reads_gets_a_warning(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = write(tmp_path, "kai.yaml", """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: kai
+  annotations: {gpu-fraction: "0.5", gpu_fractions: "2"}
+spec:
+  containers: [{name: app, image: app:1}]
+""")
+    assert main(["admit", "-p", TKE, manifest]) == 0  # tke's default rules allow time-slicing
+    out = capsys.readouterr()
+    assert out.out.startswith(f"{manifest}:5:38: warning[unknown-gpu-annotation]: Pod kai carries the annotation "
+                              "'gpu_fractions', which names a GPU")
+    assert "1 workload(s) checked: 0 denied" in out.err
+
+
+def test_nodes_from_a_node_list_decide_the_class_of_a_pinned_pod(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    fleet = str(Path(TKE).parents[1] / "mixed-fleet" / "cluster.yaml")
+    nodes = str(Path(__file__).resolve().parents[1] / "fixtures" / "nodes"
+                / "mixed-fleet-t4-dev-and-h100-train-nodes.yaml")
+    manifest = write(tmp_path, "pinned.yaml", """\
+apiVersion: v1
+kind: Pod
+metadata: {name: notebook, namespace: sandbox}
+spec:
+  nodeName: t4-dev-1
+  containers: [{name: lab, image: lab:1, resources: {limits: {nvidia.com/gpu: 1}}}]
+""")
+    labels = ["--namespace-labels", "sandbox=gpu-tier=sandbox"]
+    assert main(["admit", "-p", fleet, *labels, manifest]) == 1
+    assert main(["admit", "-p", fleet, *labels, "--nodes", nodes, manifest]) == 0
+    capsys.readouterr()
+    assert main(["admit", "-p", fleet, "--nodes", manifest, manifest]) == 2
+    assert "no Node object in it" in capsys.readouterr().err

@@ -434,16 +434,39 @@ def test_failure_policy_and_timeout_come_from_the_spec() -> None:
         assert (entry["failurePolicy"], entry["timeoutSeconds"]) == ("Ignore", 10)
 
 
-def test_rules_cover_pods_on_create_and_controllers_on_create_and_update_only(fleet: ClusterGPUPolicy) -> None:
+def test_rules_cover_pods_on_create_and_controllers_and_workload_kinds_on_create_and_update_only(
+        fleet: ClusterGPUPolicy) -> None:
+    from policy.spec.workload_kinds import DEFAULT_WORKLOAD_KINDS
+
+    kinds = {(k.group, k.resource) for k in DEFAULT_WORKLOAD_KINDS}
     for entry in entries(fleet).values():
         registered = {(group, resource, op) for rule in entry["rules"] for group in rule["apiGroups"]
                       for resource in rule["resources"] for op in rule["operations"]}
         controllers = {("apps", "deployments"), ("apps", "replicasets"), ("apps", "statefulsets"),
                        ("apps", "daemonsets"), ("batch", "jobs"), ("batch", "cronjobs"), ("", "replicationcontrollers")}
-        assert registered == {("", "pods", "CREATE")} | {(g, r, op) for g, r in controllers
+        assert registered == {("", "pods", "CREATE")} | {(g, r, op) for g, r in controllers | kinds
                                                         for op in ("CREATE", "UPDATE")}
-        assert all(rule["apiVersions"] == ["v1"] and rule["scope"] == "Namespaced" for rule in entry["rules"])
+        assert all(rule["scope"] == "Namespaced" for rule in entry["rules"])
+        built_in = [rule for rule in entry["rules"] if rule["apiGroups"][0] in ("", "apps", "batch")]
+        assert len(built_in) == 4 and all(rule["apiVersions"] == ["v1"] for rule in built_in)
+        ray = next(rule for rule in entry["rules"] if rule["apiGroups"] == ["ray.io"])
+        assert ray["apiVersions"] == ["v1"] and ray["resources"] == ["rayclusters", "rayjobs", "rayservices"]
         assert not any("/" in resource or "*" in resource for _, resource, _ in registered)
+
+
+def test_a_workload_kind_the_spec_adds_is_registered_and_read_by_the_match_condition(
+        fleet: ClusterGPUPolicy) -> None:
+    from policy.spec.model import PodTemplateRef, WorkloadKind
+
+    own = WorkloadKind(group="example.com", kind="Trainer", resource="trainers", versions=("v2",),
+                       templates=(PodTemplateRef(path="spec.pods[*]"),))
+    admission = fleet.spec.admission.model_copy(update={"workload_kinds": (own,)})
+    policy = fleet.model_copy(update={"spec": fleet.spec.model_copy(update={"admission": admission})})
+    for entry in entries(policy).values():
+        assert {"apiGroups": ["example.com"], "apiVersions": ["v2"], "operations": ["CREATE", "UPDATE"],
+                "resources": ["trainers"], "scope": "Namespaced"} in entry["rules"]
+        assert "request.kind.kind == 'Trainer' && ((has(o.spec) && has(o.spec.pods)" in \
+            entry["matchConditions"][0]["expression"]
 
 
 def test_tenants_get_one_entry_each_and_everyone_else_the_default_entry(fleet: ClusterGPUPolicy) -> None:

@@ -27,6 +27,7 @@ from compiler import compile_policy
 from compiler.targets import admission_policy, tenancy_guard
 from compiler.targets.admission_policy import render_admission_policies
 from compiler.targets.admission_policy_cost import PER_CALL_LIMIT, POLICY_BUDGET, estimate_policy
+from policy.admission import fractions
 from policy.admission.engine import NOT_CHECKED, Engine
 from policy.admission.rules import RULES
 from policy.admission.vgpu import HamiAdmission
@@ -39,10 +40,27 @@ from policy.spec.model import VAP_MINOR, ClusterGPUPolicy
 Obj = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTERS = ROOT / "examples" / "clusters"
+DENIED = ROOT / "tests" / "fixtures" / "workloads" / "deny"
 SEVERITY = {"Deny": "error", "Warn": "warning", "Audit": "info"}
 RESOURCES = {"Pod": "pods", "ReplicationController": "replicationcontrollers", "Deployment": "deployments",
              "ReplicaSet": "replicasets", "StatefulSet": "statefulsets", "DaemonSet": "daemonsets", "Job": "jobs",
              "CronJob": "cronjobs"}
+#: Workload custom resources the policies read (a plain pod spec at spec.template.spec), by group and kind.
+CUSTOM = {("serving.knative.dev", "Service"): "services", ("serving.knative.dev", "Configuration"): "configurations"}
+
+
+def resource_of(obj: Obj) -> str | None:
+    group = str(obj.get("apiVersion", "")).rpartition("/")[0]
+    return CUSTOM.get((group, obj.get("kind", ""))) or (RESOURCES.get(obj.get("kind", ""))
+                                                        if group in ("", "apps", "batch") else None)
+
+
+def pod_spec_of(obj: Obj) -> Obj | None:
+    """The pod spec the policies read: a Pod's or controller's, or a custom resource's one plain template."""
+    workload = find_workload(obj)
+    if workload is None and (obj.get("apiVersion", "").rpartition("/")[0], obj.get("kind")) in CUSTOM:
+        workload = find_workload({"kind": "Pod", "spec": obj.get("spec", {}).get("template", {}).get("spec")})
+    return workload
 
 
 @functools.cache
@@ -71,7 +89,7 @@ def namespace_object(name: str, labels: dict[str, str]) -> Obj:
 def matches(policy: Obj, obj: Obj, operation: str, namespace: str) -> bool:
     constraints = policy["spec"]["matchConstraints"]
     group = obj["apiVersion"].rpartition("/")[0]
-    resource = RESOURCES.get(obj.get("kind", ""))
+    resource = resource_of(obj)
     excluded = constraints["namespaceSelector"]["matchExpressions"][0]["values"]
     return namespace not in excluded and any(
         group in rule["apiGroups"] and resource in rule["resources"] and operation in rule["operations"]
@@ -130,9 +148,11 @@ def engine_findings(engine: Engine, obj: Obj, *, namespace: str, labels: dict[st
 
 def left_to_the_webhook(engine: Engine, obj: Obj, *, namespace: str, labels: dict[str, str]) -> str | None:
     """Why CEL cannot decide the object (admission_policy.NOT_DECIDED), worked out from the engine's side."""
-    workload = find_workload(obj)
+    workload = pod_spec_of(obj)
     if workload is None:
         return None
+    if fractions.read(obj if find_workload(obj) is not None else {}, workload) is not None:
+        return "KAI fractional GPUs"
     request = read_gpu_request(workload)
     if request.problems or any(a.count >= 2**63 for c in request.containers for a in c.amounts) or any(
             canonical_quantity(value) != canonical_quantity(container["resources"]["limits"][key])
@@ -172,7 +192,7 @@ def assert_same(cluster: str, obj: Obj, *, namespace: str = "default", labels: d
         # The API server cannot decode the object: no admission step ever sees it.
         assert "gpu-request-invalid" in mine
         return mine
-    kind_checked = obj.get("kind") in RESOURCES and not (obj.get("kind") == "Pod" and operation == "UPDATE")
+    kind_checked = resource_of(obj) is not None and not (obj.get("kind") == "Pod" and operation == "UPDATE")
     reason = left_to_the_webhook(engine, obj, namespace=namespace, labels=labels) if kind_checked else None
     assert reason is None or reason in dict(admission_policy.NOT_DECIDED)
     undecided = reason is not None
@@ -211,7 +231,7 @@ def pin_fix(engine: Engine, obj: Obj, message: str) -> Obj | None:
     assert found is not None, message
     view = next(c for c in engine.classes if c.name == found["name"])
     fixed = copy.deepcopy(obj)
-    spec = find_workload(fixed).pod_spec  # type: ignore[union-attr]
+    spec = pod_spec_of(fixed).pod_spec  # type: ignore[union-attr]
     selector = spec.setdefault("nodeSelector", {})
     for key in (found["keys"] or "").split(", "):
         selector.pop(key, None) if key else None
@@ -822,3 +842,24 @@ def test_a_fleet_whose_estimate_is_over_the_api_servers_limit_is_told_what_failu
         assert f"That is over the API server's limit: a large pod may run out of budget, and failurePolicy " \
                f"{failure} then {outcome}." in report(result.policy)
     assert "over the API server's limit" not in report(example("mixed-fleet"))
+
+
+# ---------------------------------------------------------------- workload custom resources
+
+
+def test_a_knative_service_is_matched_by_the_template_policies_and_denied_like_the_engine_denies_it() -> None:
+    path = DENIED / "knative-service-coreweave-vllm-gpu-class-dev-on-mixed-fleet.yaml"
+    (service,) = workload_fixtures.documents(path)
+    labels = workload_fixtures.namespace_labels(workload_fixtures.header(path))
+    assert assert_same("mixed-fleet", service, namespace="apps", labels=labels) == {
+        "tenant-sharing-mode-denied": "error"}
+    _, objects = compiled("mixed-fleet")
+    assert cel_verdict(objects, service, namespace="apps", labels=labels).findings == {
+        "tenant-sharing-mode-denied": "error"}
+
+
+def test_templates_behind_a_wildcard_or_outside_a_plain_pod_spec_are_left_to_the_webhook() -> None:
+    path = DENIED / "lws-vllm-gpu-leader-worker-dev-on-mixed-fleet.yaml"
+    (lws,) = workload_fixtures.documents(path)
+    _, objects = compiled("mixed-fleet")
+    assert not any(matches(p, lws, "CREATE", "apps") for p in objects if p["kind"] == "ValidatingAdmissionPolicy")

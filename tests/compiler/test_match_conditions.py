@@ -102,7 +102,10 @@ PLAIN_SPECS: dict[str, Obj] = {
 def verdicts(obj: Obj | None, old: Obj | None = None) -> list[bool]:
     """Every condition's value; evaluating them all proves none errors, even after another is false."""
     operation = "CREATE" if old is None else "UPDATE"
-    request = {"operation": operation, "namespace": "team", "dryRun": False}
+    shown = obj if obj is not None else old or {}
+    group, _, version = str(shown.get("apiVersion", "v1")).rpartition("/")
+    request = {"operation": operation, "namespace": "team", "dryRun": False,
+               "kind": {"group": group, "version": version, "kind": shown.get("kind", "")}}
     return [cel_k8s.evaluate(expression, object=obj, old_object=old, request=request)
             for _, expression in MATCH_CONDITIONS]
 
@@ -254,3 +257,59 @@ def test_the_conditions_agree_with_a_python_reference_on_random_pod_specs(
     changed = old is None or cel_k8s.to_unstructured(new) != cel_k8s.to_unstructured(old)
     build = KINDS[kind]
     assert sent(build(new), None if old is None else build(old)) is (gpus and changed)
+
+
+# ---------------------------------------------------------------- workload custom resources
+
+
+def _custom_resources() -> list[Obj]:
+    import workload_fixtures
+
+    from policy.admission.templates import KindTable
+    from policy.spec.workload_kinds import DEFAULT_WORKLOAD_KINDS
+
+    table = KindTable(DEFAULT_WORKLOAD_KINDS)
+    return [obj for path in workload_fixtures.FILES for obj in workload_fixtures.documents(path)
+            if table.templates(obj)]
+
+
+CUSTOM_RESOURCES = _custom_resources()
+
+
+def _strip_gpus(value: Any) -> Any:
+    """The object with every nvidia.com/ amount, Dynamo gpu key and podSpecPatch removed."""
+    if isinstance(value, dict):
+        return {k: _strip_gpus(v) for k, v in value.items()
+                if not (isinstance(k, str) and (k.startswith("nvidia.com/") or k in ("gpu", "podSpecPatch")))}
+    if isinstance(value, list):
+        return [_strip_gpus(v) for v in value]
+    return value
+
+
+def test_the_fixtures_hold_a_custom_resource_of_a_dozen_kinds() -> None:
+    assert len({o["kind"] for o in CUSTOM_RESOURCES}) >= 10
+
+
+@pytest.mark.parametrize("obj", CUSTOM_RESOURCES, ids=lambda o: f"{o['kind']}-{o['metadata'].get('name', '')}")
+def test_a_workload_custom_resource_asking_for_gpus_in_a_template_is_sent_and_without_them_is_not(obj: Obj) -> None:
+    assert sent(obj)
+    assert not sent(_strip_gpus(obj))
+
+
+def test_a_custom_resource_of_a_kind_outside_the_table_is_not_sent() -> None:
+    spec = pod_spec(container(limits={"nvidia.com/gpu": 1}))
+    seldon = {"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment", "metadata": {"name": "s"},
+              "spec": {"predictors": [{"componentSpecs": [{"spec": spec}]}]}}
+    assert not sent(seldon)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_a_kai_fractional_gpu_annotation_is_sent_from_a_pod_or_a_template(kind: str) -> None:
+    obj = KINDS[kind](pod_spec(container(limits={"cpu": "1"})))
+    target = obj if kind == "Pod" else (obj["spec"]["jobTemplate"]["spec"]["template"] if kind == "CronJob"
+                                        else obj["spec"]["template"])
+    assert not sent(obj)
+    target.setdefault("metadata", {})["annotations"] = {"gpu-fraction": "0.5"}
+    assert sent(obj)
+    target["metadata"]["annotations"] = {"gpu-memory": "2000"}
+    assert sent(obj)

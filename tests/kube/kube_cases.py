@@ -41,18 +41,27 @@ RESOURCES: dict[str, tuple[str, str]] = {
     "Job": ("/apis/batch/v1", "jobs"),
     "CronJob": ("/apis/batch/v1", "cronjobs"),
     "RayCluster": ("/apis/ray.io/v1", "rayclusters"),
+    "SeldonDeployment": ("/apis/machinelearning.seldon.io/v1", "seldondeployments"),
 }
 
-#: KubeRay's RayCluster, declared only as far as the API server must know it to store one: the suites hold a
-#: RayCluster to show that a kind the configuration does not register is never sent for review.
-RAYCLUSTER_CRD: Obj = {
-    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-    "metadata": {"name": "rayclusters.ray.io"},
-    "spec": {"group": "ray.io", "scope": "Namespaced",
-             "names": {"kind": "RayCluster", "plural": "rayclusters", "singular": "raycluster", "listKind":
-                       "RayClusterList"},
-             "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+
+def _crd(group: str, kind: str, plural: str) -> Obj:
+    """A custom resource declared only as far as the API server must know it to store one (no schema)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {"group": group, "scope": "Namespaced",
+                 "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                     "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+    }
+
+
+#: The custom resources the suites hold: KubeRay's RayCluster, a kind of the workload-kinds table the webhook checks
+#: template by template, and Seldon's SeldonDeployment, a kind it does not register and so never sees.
+CRDS: dict[str, Obj] = {
+    "RayCluster": _crd("ray.io", "RayCluster", "rayclusters"),
+    "SeldonDeployment": _crd("machinelearning.seldon.io", "SeldonDeployment", "seldondeployments"),
 }
 
 
@@ -184,7 +193,7 @@ def create(api: KubeAPI, obj: Obj) -> Obj:
 
 
 def prepare(api: KubeAPI, cluster: str, selected: list[Case]) -> None:
-    """Namespaces with the suite's labels, the RayCluster CRD where a case needs it, and the objects UPDATE and
+    """Namespaces with the suite's labels, the CRDs the cases need, and the objects UPDATE and
     DELETE cases act on, stored before any admission configuration exists (a violating object already running
     is what those cases are about)."""
     namespaces = namespaces_of(cluster)
@@ -193,10 +202,11 @@ def prepare(api: KubeAPI, cluster: str, selected: list[Case]) -> None:
     for name, labels in sorted(namespaces.items()):
         if name != "default":
             ensure_namespace(api, name, labels)
-    if any(case.kind == "RayCluster" for case in selected):
-        answer = api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", RAYCLUSTER_CRD)
+    for kind in sorted({case.kind for case in selected} & set(CRDS)):
+        answer = api.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", CRDS[kind])
         assert answer.status in (201, 409), answer.body
-        poll(lambda: api.request("GET", "/apis/ray.io/v1").status == 200 or None, what="ray.io/v1 to be served")
+        served = RESOURCES[kind][0]
+        poll(lambda served=served: api.request("GET", served).status == 200 or None, what=f"{served} to be served")
     for case in selected:
         if case.operation == "UPDATE":
             assert case.old is not None, case.id

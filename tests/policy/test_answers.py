@@ -88,21 +88,36 @@ def test_hami_resources_and_two_shared_gpus_are_reported_at_once_with_one_fix_fo
 
 
 @pytest.mark.parametrize(("kind", "api_version", "spec"), [
-    ("Workflow", "argoproj.io/v1alpha1",
-     {"templates": [{"name": "t", "script": {"image": "python:3", "resources": {"limits": {GPU: 1}}}}]}),
-    ("LLMInferenceService", "serving.kserve.io/v1alpha1",
-     {"template": {"containers": [{"name": "main", "resources": {"limits": {GPU: "2"}}}]}}),
     ("SeldonDeployment", "machinelearning.seldon.io/v1",
      {"predictors": [{"componentSpecs": [{"spec": {"containers": [{"resources": {"limits": {GPU: 1}}}]}}]}]}),
-    ("Job", "batch.volcano.sh/v1alpha1",
-     {"tasks": [{"template": {"spec": {"containers": [{"resources": {"requests": {"nvidia.com/mig-1g.10gb": 1}}}]}}}]}),
+    ("Workflow", "argoproj.io/v1alpha1", {"templates": [{"name": "t", "script": {"image": "python:3"}}],
+                                          "other": {"resources": {"limits": {GPU: 1}}}}),
 ])  # fmt: skip
-def test_a_custom_resource_asking_for_gpus_gets_a_notice(kind: str, api_version: str, spec: dict[str, Any]) -> None:
+def test_a_custom_resource_asking_for_gpus_outside_every_known_template_gets_a_notice(
+        kind: str, api_version: str, spec: dict[str, Any]) -> None:
     decision = evaluate("tke-l20-t4", {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"},
                                        "spec": spec})
     (notice,) = decision.diagnostics
     assert decision.allowed and (notice.code, notice.severity) == ("workload-not-checked", "info")
     assert notice.message.startswith(f"{kind} x ({api_version.split('/')[0]} API group) asks for nvidia.com/")
+
+
+@pytest.mark.parametrize(("kind", "api_version", "spec", "allowed", "where"), [
+    ("Workflow", "argoproj.io/v1alpha1",
+     {"templates": [{"name": "t", "script": {"image": "python:3", "resources": {"limits": {GPU: 1}}}}]}, True, ""),
+    ("LLMInferenceService", "serving.kserve.io/v1alpha1",
+     {"template": {"containers": [{"name": "main", "resources": {"limits": {GPU: "2"}}}]}}, False, "spec.template"),
+    ("Job", "batch.volcano.sh/v1alpha1",
+     {"tasks": [{"template": {"spec": {"containers": [{"resources": {"requests": {"nvidia.com/mig-1g.10gb": 1}}}]}}}]},
+     False, "spec.tasks[0].template.spec"),
+])  # fmt: skip
+def test_a_custom_resource_of_a_known_kind_is_judged_through_its_templates(
+        kind: str, api_version: str, spec: dict[str, Any], allowed: bool, where: str) -> None:
+    decision = evaluate("tke-l20-t4", {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x"},
+                                       "spec": spec})
+    assert decision.allowed is allowed and decision.subject == f"{kind} x"
+    assert all(d.message.startswith(f"pod template {where}: ") for d in decision.diagnostics)
+    assert allowed or decision.diagnostics
 
 
 # --- 4. what the API server refuses, with its reason; never fail open --------------------------------------------

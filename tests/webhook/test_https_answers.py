@@ -119,14 +119,26 @@ def test_hami_resources_and_two_shared_gpus_are_reported_together(server: Server
 # --- 3: objects not checked say so ------------------------------------------------------------------------------
 
 
-def test_a_custom_resource_asking_for_gpus_is_admitted_with_a_notice(server: Server) -> None:
-    workflow = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "train"},
-                "spec": {"templates": [{"name": "t", "script": {"image": "python:3", "source": "print(1)",
-                                                                 "resources": {"limits": {GPU: 1}}}}]}}
-    answer = review(use(server, "tke-l20-t4"), workflow)
+def test_a_custom_resource_of_an_unknown_kind_asking_for_gpus_is_admitted_with_a_notice(server: Server) -> None:
+    seldon = {"apiVersion": "machinelearning.seldon.io/v1", "kind": "SeldonDeployment", "metadata": {"name": "sd"},
+              "spec": {"predictors": [{"componentSpecs": [{"spec": {"containers": [
+                  {"name": "m", "resources": {"limits": {GPU: 1}}}]}}]}]}}
+    answer = review(use(server, "tke-l20-t4"), seldon)
     assert answer["allowed"] is True
     assert answer["auditAnnotations"]["workload-not-checked"].startswith(
-        "[workload-not-checked] Workflow train (argoproj.io API group) asks for nvidia.com/gpu")
+        "[workload-not-checked] SeldonDeployment sd (machinelearning.seldon.io API group) asks for nvidia.com/gpu")
+
+
+def test_a_pytorchjob_is_denied_at_apply_time_naming_the_template_and_where_its_limit_is(server: Server) -> None:
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "mnist", "namespace": "nlp"},
+           "spec": {"pytorchReplicaSpecs": {"Worker": {"replicas": 2, "template": {"spec": {"containers": [
+               {"name": "pytorch", "image": "pytorch:2", "resources": {"limits": {GPU: 2}}}]}}}}}}
+    answer = review(use(server, "tke-l20-t4"), job)
+    assert answer["allowed"] is False and answer["status"]["code"] == 403
+    message = answer["status"]["message"]
+    assert message.startswith("PyTorchJob mnist: [shared-gpu-request-above-one] pod template "
+                              "spec.pytorchReplicaSpecs.Worker.template.spec: container \"pytorch\" requests 2")
+    assert "(at spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits" in message
 
 
 # --- 4: what the API server refuses ------------------------------------------------------------------------------

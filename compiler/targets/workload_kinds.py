@@ -1,0 +1,98 @@
+"""The workload-kinds table as the API server sees it: webhook rules per API group, and CEL that tells whether an
+object of a table kind asks for a GPU in one of its pod templates (the webhook's matchCondition).
+
+The CEL walks each template path the way policy/admission/templates.py does: ``has()`` before every field (a missing
+field is an error in CEL, not false), ``exists`` over a list's items or a map's keys, so an object of any shape
+evaluates to true or false, never to an error (an erroring matchCondition goes to failurePolicy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from policy.admission.templates import parse
+from policy.spec import workload_kinds
+from policy.spec.model import ClusterGPUPolicy, PodTemplateRef, WorkloadKind
+
+__all__ = ["asks_for_gpu", "kinds_of", "resource_rules"]
+
+OPERATIONS = ("CREATE", "UPDATE")
+#: CEL's reserved words: a field of that name is written __name__ (Kubernetes' CEL property-name escaping).
+_RESERVED = frozenset({"true", "false", "null", "in", "as", "break", "const", "continue", "else", "for", "function",
+                       "if", "import", "let", "loop", "package", "namespace", "return", "var", "void", "while"})
+
+
+def kinds_of(policy: ClusterGPUPolicy) -> tuple[WorkloadKind, ...]:
+    """The built-in table with the spec's own kinds."""
+    return workload_kinds.merged(policy.spec.admission.workload_kinds)
+
+
+def resource_rules(kinds: Sequence[WorkloadKind]) -> tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...]:
+    """(group, versions, resources) per API group of the table, sorted: one webhook rule each. A rule matches every
+    combination of its versions and resources; a version a resource does not serve matches nothing."""
+    groups: dict[str, tuple[set[str], set[str]]] = {}
+    for kind in kinds:
+        versions, resources = groups.setdefault(kind.group, (set(), set()))
+        versions.update(kind.versions)
+        resources.add(kind.resource)
+    return tuple((g, tuple(sorted(v)), tuple(sorted(r))) for g, (v, r) in sorted(groups.items()))
+
+
+def field(name: str) -> str:
+    """A field name as a CEL property (Kubernetes escapes '_' '-' '.' '/' and reserved words)."""
+    escaped = name.replace("_", "__underscores__").replace("-", "__dash__")
+    return f"__{escaped}__" if escaped in _RESERVED else escaped
+
+
+def asks_for_gpu(var: str, kinds: Sequence[WorkloadKind]) -> str:
+    """CEL, true when ``var`` (object or oldObject) is of a table kind and one of its templates asks for an
+    nvidia.com/ resource or sets a custom GPU key; each kind's templates are read only for that kind."""
+    parts = []
+    for kind in kinds:
+        templates = " || ".join(_template(var, ref) for ref in kind.templates)
+        parts.append(f"(request.kind.group == '{kind.group}' && request.kind.kind == '{kind.kind}' && ({templates}))")
+    return " || ".join(parts) if parts else "false"
+
+
+class _Names:
+    """Fresh comprehension variables: nested exists() must not shadow one another."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self) -> str:
+        self.n += 1
+        return f"w{self.n}"
+
+
+def _walk(var: str, steps: Sequence[str | int], leaf: str, names: _Names) -> str:
+    """CEL true when some value the steps reach from ``var`` makes ``leaf`` true; ``leaf`` uses ``@`` for it."""
+    if not steps:
+        return leaf.replace("@", var)
+    step, rest = steps[0], steps[1:]
+    if isinstance(step, str):
+        child = f"{var}.{field(step)}"
+        return f"has({child}) && {_walk(child, rest, leaf, names)}"
+    name = names()
+    if step == 0:  # every item of a list
+        return f"{var}.exists({name}, {_walk(name, rest, leaf, names)})"
+    return f"{var}.exists({name}, {_walk(f'{var}[{name}]', rest, leaf, names)})"  # every value of a map
+
+
+def _resources(resources: str) -> str:
+    table = field(resources)
+    return (f"has(@.{table}) && ((has(@.{table}.limits) && @.{table}.limits.exists(k, k.startsWith('nvidia.com/')))"
+            f" || (has(@.{table}.requests) && @.{table}.requests.exists(k, k.startsWith('nvidia.com/'))))")
+
+
+def _template(var: str, ref: PodTemplateRef) -> str:
+    names = _Names()
+    pod_spec = parse(ref.pod_spec)
+    leaves = [_walk("@", (*pod_spec, section, 0), _resources("resources"), names)
+              for section in ("containers", "initContainers")]
+    leaves += [_walk("@", parse(c.path), _resources(c.resources), names) for c in ref.containers]
+    leaves += [_walk("@", parse(k.path), "true", names) for k in ref.gpu_keys]
+    if ref.pod_spec_patch:
+        leaves.append(_walk("@", parse(ref.pod_spec_patch), "string(@).contains('nvidia.com/')", names))
+    body = " || ".join(f"({leaf})" for leaf in leaves)
+    return f"({_walk(var, parse(ref.path), f'({body})', names)})"

@@ -1,0 +1,319 @@
+"""Pod templates inside workload custom resources: found by the workload-kinds table, judged as Pods, located back.
+
+A KServe InferenceService, a RayCluster or an Argo Workflow carries several pod templates, some not shaped like a
+pod spec (KServe's predictor.model, Argo's template.container and podSpecPatch, Dynamo's resources.limits.gpu). Each
+template becomes one Pod the rules judge as they judge any Pod; every finding is then moved back to where its field
+really is in the custom resource and names the template. Every walk here is linear in the object: each table path
+visits the parts of the object it names, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import yaml
+
+from policy.admission import fractions
+from policy.admission.fixes import Fix, Pin
+from policy.admission.workloads import api_group, find_workload, object_name, read_gpu_request
+from policy.kube.fields import Path, descend, is_mapping
+from policy.spec.diagnostics import Diagnostic, format_path
+from policy.spec.model import PodTemplateRef, WorkloadKind
+
+#: A podSpecPatch longer than this is not parsed (a pod spec patch of a few fields is a few hundred characters).
+MAX_PATCH_CHARS = 64 * 1024
+
+_ITEMS = 0  # a step over every item of a list
+_VALUES = 1  # a step over every value of a map
+Step = str | int
+
+
+def parse(pattern: str) -> tuple[Step, ...]:
+    """A table path as steps: keys, and _ITEMS / _VALUES wildcards (``.`` is no step at all)."""
+    if pattern == ".":
+        return ()
+    steps: list[Step] = []
+    for part in pattern.split("."):
+        if part == "*":
+            steps.append(_VALUES)
+        elif part.endswith("[*]"):
+            steps += [part[:-3], _ITEMS]
+        else:
+            steps.append(part)
+    return tuple(steps)
+
+
+def walk(value: Any, steps: Sequence[Step], at: Path = ()) -> Iterator[tuple[Any, Path]]:
+    """Every value the steps reach from ``value``, with its path (wildcards filled in), in document order."""
+    found: list[tuple[Any, Path]] = [(value, at)]
+    for step in steps:
+        nxt: list[tuple[Any, Path]] = []
+        for current, path in found:
+            if step == _ITEMS:
+                if isinstance(current, list):
+                    nxt += [(item, (*path, i)) for i, item in enumerate(current)]
+            elif step == _VALUES:
+                if is_mapping(current):
+                    nxt += [(child, (*path, key)) for key, child in current.items() if isinstance(key, str)]
+            elif is_mapping(current) and step in current:
+                nxt.append((current[step], (*path, step)))
+        found = nxt
+    return iter(found)
+
+
+@dataclass(frozen=True)
+class Template:
+    """One pod template of a custom resource, as the Pod the rules judge, and where its parts really are."""
+
+    path: Path
+    """Where the template is in the object."""
+    pod: Mapping[str, Any]
+    """The Pod the rules judge: the template's pod spec, with the containers written elsewhere appended."""
+    spec_path: Path
+    """Where the pod spec fields are in the object."""
+    moved: Mapping[tuple[str, int], Path] = field(default_factory=dict)
+    """Containers of ``pod`` that are not at their own index in the object's lists: where they really are."""
+    keys: Mapping[tuple[str, str], Path] = field(default_factory=dict)
+    """For the container built from custom GPU keys: (limits|requests, resource) -> where the key is."""
+    keyed: int | None = None
+    """Index of that container in ``pod``'s containers."""
+    metadata_path: Path | None = None
+    """Where the template's own metadata (labels, annotations) is, if it has one."""
+    rebuilt: bool = False
+    """``pod``'s spec was built (containers added, a patch merged), not taken as the object has it."""
+    opaque: frozenset[tuple[str, int]] = frozenset()
+    """Containers of ``pod`` set inside a string (a podSpecPatch): their findings point at the string itself."""
+
+    def requests_gpu(self) -> bool:
+        """Whether the template's pods ask for any nvidia.com/ resource (or write an amount the API server refuses),
+        or for a fractional GPU of KAI Scheduler."""
+        workload = find_workload(self.pod)
+        return workload is not None and (not read_gpu_request(workload).empty
+                                         or fractions.read(self.pod, workload) is not None)
+
+    @property
+    def label(self) -> str:
+        return format_path(self.path)
+
+    @property
+    def direct(self) -> bool:
+        """True when ``pod``'s spec is the object's own pod spec, unchanged: a fix found on it applies as it is."""
+        return not self.rebuilt and self.spec_path[-1:] == ("spec",)
+
+    def real(self, path: Path) -> Path:
+        """Where a path into ``pod`` is in the object."""
+        head, rest = (path[0], path[1:]) if path else ("", ())
+        if head == "metadata":
+            return (*self.metadata_path, *rest) if self.metadata_path is not None else path
+        if head != "spec":
+            return path
+        if len(rest) >= 2 and rest[0] in ("containers", "initContainers") and isinstance(rest[1], int):
+            where = (str(rest[0]), rest[1])
+            if rest[0] == "containers" and rest[1] == self.keyed:
+                key = (str(rest[3]), str(rest[4])) if len(rest) >= 5 and rest[2] == "resources" else None
+                return self.keys.get(key, next(iter(self.keys.values()))) if key else next(iter(self.keys.values()))
+            if where in self.moved:
+                return self.moved[where] if where in self.opaque else (*self.moved[where], *rest[2:])
+        return (*self.spec_path, *rest)
+
+    def locate(self, d: Diagnostic) -> Diagnostic:
+        """A finding on ``pod`` as a finding on the object: its path moved back, its message naming the template;
+        its fix kept, with its paths into the object, where it applies to the object as it is."""
+        fix = rooted(d.fix, self.spec_path[:-1]) if d.fix is not None and self.direct else None
+        return replace(d, message=f"pod template {self.label}: {d.message}", path=self.real(d.path), fix=fix)
+
+
+_PATH_FIELDS = ("spec_path", "path", "container_path")
+
+
+def rooted(fix: Fix, prefix: Path) -> Fix:
+    """The fix with every path written from the object's root: a fix found on one template's pod spec at
+    ``prefix`` + ("spec",), so that the fixes of several templates can be joined into one."""
+    def edit(step: Any) -> Any:
+        if isinstance(step, Pin):
+            return replace(step, edits=tuple(edit(e) for e in step.edits))
+        moved = {f.name: (*prefix, *getattr(step, f.name)) for f in fields(step) if f.name in _PATH_FIELDS}
+        return replace(step, **moved) if moved else step
+    return replace(fix, steps=tuple(edit(s) for s in fix.steps), root=(),
+                   patch=tuple({**op, "path": (*prefix, *op["path"])} for op in fix.patch),
+                   alternatives=tuple(rooted(a, prefix) for a in fix.alternatives))
+
+
+def joined(found: Sequence[tuple[Template, tuple[Diagnostic, ...]]]) -> tuple[Diagnostic, ...]:
+    """Every template's findings, each with one fix for the whole object: the fixes of every template that has
+    findings, joined (each was checked on its own template, and the templates' pods are judged apart). Where a
+    template with an error has no fix, or two fixes move the object to different namespaces, no joined fix is
+    given, and each finding keeps its hint in words."""
+    denied = [diagnostics for _, diagnostics in found if diagnostics]
+    if len(denied) < 2:
+        return tuple(d for diagnostics in denied for d in diagnostics)
+    fixes = [next((d.fix for d in diagnostics if d.fix is not None), None) for diagnostics in denied]
+    moves = {f.namespace for f in fixes if f is not None}
+    whole: Fix | None = None
+    if None not in fixes and len(moves) <= 1:
+        for fix in fixes:
+            whole = fix if whole is None else whole.then(fix)  # type: ignore[union-attr]
+    out = []
+    for diagnostics in denied:
+        for d in diagnostics:
+            out.append(replace(d, fix=whole, hint=whole.describe()) if whole is not None and d.fix is not None
+                       else replace(d, fix=None))
+    return tuple(out)
+
+
+class KindTable:
+    """The workload-kinds table, indexed once per policy."""
+
+    def __init__(self, kinds: Sequence[WorkloadKind]) -> None:
+        self._by_key: dict[tuple[str, str], WorkloadKind] = {}
+        self._by_kind: dict[str, WorkloadKind] = {}
+        for kind in kinds:
+            self._by_key.setdefault((kind.group, kind.kind), kind)
+            self._by_kind.setdefault(kind.kind, kind)
+        self._steps = {id(ref): _RefSteps.of(ref) for kind in kinds for ref in kind.templates}
+
+    def kind_of(self, obj: Any) -> WorkloadKind | None:
+        """The table's entry for the object's group and kind (by kind alone when it names no apiVersion)."""
+        if not is_mapping(obj) or not isinstance(obj.get("kind"), str):
+            return None
+        group = api_group(obj)
+        if group is None:
+            return self._by_kind.get(obj["kind"])
+        return self._by_key.get((group, obj["kind"]))
+
+    def templates(self, obj: Any) -> tuple[Template, ...] | None:
+        """Every pod template of a table kind's object, in table order; None for an object of no table kind."""
+        kind = self.kind_of(obj)
+        if kind is None:
+            return None
+        metadata = obj.get("metadata")
+        metadata = metadata if is_mapping(metadata) else {}
+        found: list[Template] = []
+        for ref in kind.templates:
+            steps = self._steps[id(ref)]
+            for value, path in walk(obj, steps.path):
+                if is_mapping(value):
+                    found.append(_template(obj, value, path, steps, metadata))
+        return tuple(found)
+
+    def subject(self, obj: Mapping[str, Any]) -> str:
+        return f"{obj.get('kind')} {object_name(obj.get('metadata'))}"
+
+
+@dataclass(frozen=True)
+class _RefSteps:
+    """A PodTemplateRef's paths, parsed once."""
+
+    path: tuple[Step, ...]
+    pod_spec: tuple[Step, ...]
+    containers: tuple[tuple[tuple[Step, ...], str, str, bool], ...]
+    patch: tuple[Step, ...] | None
+    keys: tuple[tuple[tuple[Step, ...], str, str], ...]
+
+    @classmethod
+    def of(cls, ref: PodTemplateRef) -> _RefSteps:
+        return cls(parse(ref.path), parse(ref.pod_spec),
+                   tuple((parse(c.path), c.name or c.path, c.resources, c.init) for c in ref.containers),
+                   parse(ref.pod_spec_patch) if ref.pod_spec_patch else None,
+                   tuple((parse(k.path), k.field, k.resource) for k in ref.gpu_keys))
+
+
+def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, steps: _RefSteps,
+              metadata: Mapping[str, Any]) -> Template:
+    spec = next((v for v, _ in walk(value, steps.pod_spec) if is_mapping(v)), {})
+    spec_path = (*path, *(s for s in steps.pod_spec if isinstance(s, str)))
+    lists = {section: list(items) if isinstance(items := spec.get(section), list) else []
+             for section in ("containers", "initContainers")}
+    moved: dict[tuple[str, int], Path] = {}
+    for ref_steps, name, resources, init in steps.containers:
+        section = "initContainers" if init else "containers"
+        for item, where in walk(value, ref_steps, path):
+            if is_mapping(item):
+                moved[(section, len(lists[section]))] = where
+                lists[section].append({"name": item.get("name") if isinstance(item.get("name"), str) else name,
+                                       "resources": item.get(resources)})
+    extra: dict[str, Any] = {}
+    before = set(moved.items())
+    if steps.patch is not None:
+        extra = _apply_patch(value, path, steps.patch, lists, moved)
+    opaque = frozenset(k for k, v in moved.items() if (k, v) not in before)
+    keys: dict[tuple[str, str], Path] = {}
+    keyed = None
+    tables: dict[str, dict[str, Any]] = {}
+    for key_steps, table, resource in steps.keys:
+        for amount, where in walk(value, key_steps, path):
+            if amount is not None and not is_mapping(amount) and not isinstance(amount, list):
+                tables.setdefault(table, {})[resource] = amount
+                keys[(table, resource)] = where
+    if keys:
+        keyed = len(lists["containers"])
+        lists["containers"].append({"name": format_path(path), "resources": tables})
+    changed = bool(moved or keys or extra)
+    pod_spec = {**spec, **extra, **{s: items for s, items in lists.items() if items}} if changed else spec
+    # A PodTemplateSpec's labels and annotations are beside its spec (template.metadata for template.spec).
+    metadata_path = (*path[:-1], "metadata") if path[-1:] == ("spec",) and not steps.pod_spec else None
+    template_metadata = descend(obj, metadata_path) if metadata_path is not None else None
+    template_metadata = template_metadata if is_mapping(template_metadata) else None
+    pod_metadata: dict[str, Any] = {k: metadata[k] for k in ("name", "generateName", "namespace") if k in metadata}
+    if template_metadata is not None:
+        pod_metadata.update({k: template_metadata[k] for k in ("labels", "annotations") if k in template_metadata})
+    return Template(path, {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": pod_spec}, spec_path,
+                    moved, keys, keyed, metadata_path if template_metadata is not None else None, changed, opaque)
+
+
+def _apply_patch(value: Mapping[str, Any], path: Path, patch_steps: tuple[Step, ...],
+                 lists: dict[str, list[Any]], moved: dict[tuple[str, int], Path]) -> dict[str, Any]:
+    """Merge a podSpecPatch string into the template's containers (by name, resources table by table) and return
+    the placement fields it sets (nodeSelector merged by key, tolerations appended, affinity and nodeName
+    replaced), as Argo applies it with a strategic merge patch (workflow/controller/workflowpod.go)."""
+    found = next(walk(value, patch_steps, path), None)
+    if found is None or not isinstance(found[0], str) or len(found[0]) > MAX_PATCH_CHARS:
+        return {}
+    text, where = found
+    try:
+        patch = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return {}  # Argo refuses the workflow's pods; the patch asks for nothing the rules can read
+    if not is_mapping(patch):
+        return {}
+    for section in ("containers", "initContainers"):
+        items = patch.get(section)
+        by_name = {c.get("name"): i for i, c in enumerate(lists[section]) if is_mapping(c)}
+        for item in items if isinstance(items, list) else ():
+            if not is_mapping(item):
+                continue
+            index = by_name.get(item.get("name"))
+            if index is None:
+                index = len(lists[section])
+                lists[section].append({"name": item.get("name"), "resources": item.get("resources")})
+            else:
+                lists[section][index] = {**lists[section][index],
+                                         "resources": _merge_resources(lists[section][index].get("resources"),
+                                                                       item.get("resources"))}
+            moved[(section, index)] = where
+    extra: dict[str, Any] = {}
+    spec = value
+    if is_mapping(patch.get("nodeSelector")):
+        base = spec.get("nodeSelector")
+        extra["nodeSelector"] = {**(base if is_mapping(base) else {}), **patch["nodeSelector"]}
+    if isinstance(patch.get("tolerations"), list):
+        base = spec.get("tolerations")
+        extra["tolerations"] = [*(base if isinstance(base, list) else []), *patch["tolerations"]]
+    for key in ("affinity", "nodeName"):
+        if key in patch:
+            extra[key] = patch[key]
+    return extra
+
+
+def _merge_resources(base: Any, patch: Any) -> Any:
+    if not is_mapping(patch):
+        return base
+    base = base if is_mapping(base) else {}
+    out = dict(base)
+    for table in ("limits", "requests"):
+        if is_mapping(patch.get(table)):
+            mine = base.get(table)
+            out[table] = {**(mine if is_mapping(mine) else {}), **patch[table]}
+    return out
