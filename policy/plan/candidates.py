@@ -101,9 +101,13 @@ class Target:
 
 def targets_for_policy(resolved: ResolvedPolicy, *, modes: Sequence[PlanMode] = MODES,
                        vgpu: bool = False) -> tuple[Target, ...]:
-    """One target per node class of a checked policy, with the modes its GPU and plugin allow."""
+    """One target per device-plugin node class of a checked policy, with the modes its GPU and plugin allow.
+
+    Classes NVIDIA's DRA driver serves are left as written: their sharing is bound by the driver's gates and its
+    one cluster-wide consumable-shares number (policy/checks/dra.py), which the plan's per-class candidates
+    do not model, so a draft never proposes a DRA class a sharing the driver cannot give it."""
     plugin = resolved.spec.device_plugin.version_tuple
-    return tuple(_class_target(i, rc, plugin, modes, vgpu) for i, rc in enumerate(resolved.classes))
+    return tuple(_class_target(i, rc, plugin, modes, vgpu) for i, rc in enumerate(resolved.classes) if not rc.dra)
 
 
 def _class_target(index: int, rc: ResolvedClass, plugin: tuple[int, int, int], modes: Sequence[PlanMode],
