@@ -51,7 +51,7 @@ from typing import Any
 from gunicorn import sock as gunicorn_sock
 from gunicorn.workers import base
 
-from webhook import connection, wsgi
+from webhook import balance, connection, wsgi
 
 #: asyncio's SSLProtocol reads into a buffer of this many bytes per connection (3.11 default: 256 KiB,
 #: allocated and zeroed for every connection). A TLS record carries at most 16 KiB, so nothing is lost.
@@ -96,6 +96,8 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self._log_window_end = 0.0
         self._logged = 0
         self._suppressed: dict[str, int] = {}
+        self._counts: balance.ConnectionCounts | None = None  # shared with the other workers (balance.py)
+        self._deferrals = 0  # waits in a row for the others to take a pending connection
 
     # --- connection.Host ------------------------------------------------------------------------------
 
@@ -129,6 +131,12 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self.connections.discard(conn)
         self._scrapes.discard(conn)
         self._idle.pop(conn, None)
+        self._publish()
+
+    def _publish(self) -> None:
+        slot = getattr(self, "balance_slot", None)  # given by the master before the fork (serve.py)
+        if self._counts is not None and slot is not None:
+            self._counts.publish(slot, len(self.connections))
 
     def idle(self, conn: connection.Connection) -> None:
         if conn in self.connections:
@@ -186,6 +194,8 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self._large_slots = self.app.large_body_slots()
         self._metrics_port = self.app.metrics_port()
         self._threads = self.app.review_threads()
+        counts = getattr(self.app, "connection_counts", None)
+        self._counts = counts() if counts is not None else None
         self._pool = concurrent.futures.ThreadPoolExecutor(self._threads, thread_name_prefix="review")
         super().init_process()  # signals, the application, then run()
 
@@ -236,6 +246,8 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         assert self.loop is not None
         scrape = table is self._scrapes
         limit = SCRAPE_CONNECTIONS if scrape else self.cfg.worker_connections
+        if not scrape and self._defer_to_others(listener, table, app):
+            return
         for _ in range(ACCEPT_BATCH):
             try:
                 client, _ = listener.accept()
@@ -263,6 +275,29 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
             if not scrape:
                 self._idle[conn] = None  # no request yet: evictable from its accept on
             conn.task = self.loop.create_task(self._start(conn, client, tls=self.cfg.is_ssl and not scrape))
+            if not scrape:
+                self._publish()
+
+    def _defer_to_others(self, listener: socket.socket, table: set[connection.Connection],
+                         app: wsgi.WSGIApp) -> bool:
+        """Whether to leave a pending connection to a worker holding fewer (balance.py): the listener is then
+        not watched for RECHECK_SECONDS, at most MAX_DEFERRALS times in a row, after which this worker takes it."""
+        assert self.loop is not None
+        slot = getattr(self, "balance_slot", None)
+        if (self._counts is None or slot is None or self._deferrals >= balance.MAX_DEFERRALS
+                or not self._counts.over_share(slot, len(self.connections))):
+            self._deferrals = 0
+            return False
+        self._deferrals += 1
+        fd = listener.fileno()
+        self.loop.remove_reader(fd)
+
+        def watch_again() -> None:
+            if self.alive:  # not once the drain has stopped accepting
+                self.loop.add_reader(fd, self._accept, listener, table, app)  # type: ignore[union-attr]
+
+        self.loop.call_later(balance.RECHECK_SECONDS, watch_again)
+        return True
 
     async def _start(self, conn: connection.Connection, client: socket.socket, *, tls: bool) -> None:
         assert self.loop is not None
