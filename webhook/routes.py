@@ -109,7 +109,7 @@ class ValidateFastPath:
     Flask's request handling (its contexts, the URL map, the request and response objects, the JSON provider)
     costs about as much CPU as a new pod's whole verdict (docs/performance.md, "Where a new pod's review goes"),
     and a review needs none of it: the serving layer has already read, bounded and framed the body (wsgi.py).
-    Only a POST to /validate or /validate/tenant/<DNS label> with a JSON body within the size limit is taken,
+    Only a POST to /validate or /validate/tenant/<DNS label> with a JSON body of at most 64 KiB is taken,
     and it runs the view's own `answer`; anything else, and any exception on the way (a malformed body, no
     policy loaded, a bug), goes to Flask, which answers it (again from the start) as it always did: errors and
     the last-resort handler stay Flask's. A call that raises here has recorded nothing (``Webhook.admit``
@@ -125,15 +125,17 @@ class ValidateFastPath:
         tenant = self._route(environ)
         if tenant is _NOT_OURS:
             return self._flask(environ, start_response)
-        stream = environ["wsgi.input"]
-        body = stream.read()
-        if not body or len(body) > self._max_body:
+        body = environ["wsgi.input"].read()
+        if not body or len(body) > min(self._max_body, FAST_PATH_MAX_BYTES):
             return self._to_flask(environ, start_response, body)
         scratch = _Scratch(time.perf_counter())
+        data = None
         try:
             self._webhook.store.maybe_refresh()
             data = review.json_bytes(answer(self._webhook, body, tenant, environ, scratch)) + b"\n"
         except Exception:  # Flask answers it, from the start, with its own error handlers
+            pass  # and only once this block is left: the exception's frames hold the parsed body until then
+        if data is None:
             return self._to_flask(environ, start_response, body)
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
         return (data,)
@@ -166,3 +168,6 @@ class _Scratch:
 
 
 _NOT_OURS: Any = object()
+#: Bodies past this go to Flask directly. Real reviews are 5-20 KB; a body the fast path hands to Flask is parsed
+#: twice, and up to this size a parse costs little and builds at most ~2 MiB (review.py, _UNCOUNTED_BYTES).
+FAST_PATH_MAX_BYTES = 64 * 1024

@@ -27,6 +27,9 @@ What the worker bounds:
 * bodies in flight: a body past 64 KiB needs one of `large_body_slots` slots to go on reading; without
   one, its client waits (within its request deadline) until a large body is done. Slots are granted in
   order and never taken back, so large bodies always progress;
+* spread: a worker holding more serving connections than another live worker lets a pending connection wait
+  a moment (at most ~20 ms) for that one (balance.py), so the API server's few keep-alive connections use
+  every worker;
 * shutdown: SIGTERM stops accepting, closes idle connections, lets requests under way finish within
   `graceful_timeout`, then exits.
 """
@@ -59,7 +62,8 @@ TLS_READ_BYTES = 16 * 1024
 #: How many pending connections one wake-up of the listener accepts before the loop serves others. Every
 #: worker is woken for a pending connection, so taking one at a time spreads a burst over the workers;
 #: with 64 per wake-up the first awake worker took all 16 of wrk's connections (16/0) and the pod
-#: served from one CPU (bench/webhook_bench.py, conns/worker: 8/8 with 1).
+#: served from one CPU (bench/webhook_bench.py, conns/worker: 8/8 with 1). Which worker is woken first is still
+#: chance, so a worker holding more connections than another also leaves a pending one to it (balance.py).
 ACCEPT_BATCH = 1
 #: After its last answer, how long a closing TLS connection waits for the client's close_notify.
 TLS_SHUTDOWN_SECONDS = 1.0
