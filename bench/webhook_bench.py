@@ -305,8 +305,13 @@ def render(started: list[Server], meta: dict[str, Any]) -> str:
 def _bodies(templates: int) -> str:
     if templates <= 1:
         return "the four of bench/reviews.py in turn (replicas of four templates: the engine remembers their verdicts)"
-    return (f"{4 * templates} distinct templates in turn (bench/reviews.py, --templates {templates}): every review is "
-            "judged afresh")
+    from policy.admission.engine import MEMO_SIZE
+
+    if 4 * templates <= MEMO_SIZE:
+        return (f"{4 * templates} distinct templates in turn (bench/reviews.py, --templates {templates}): each judged "
+                "once, then remembered")
+    return (f"{4 * templates} distinct templates in turn (bench/reviews.py, --templates {templates}): more than the "
+            f"engine remembers ({MEMO_SIZE}), so every review is judged afresh")
 
 
 def _ratios(real: Server, noop: Server, flask: Server) -> list[str]:
