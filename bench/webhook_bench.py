@@ -20,8 +20,10 @@ Load, the same for all three, interleaved so all see the same machine:
   saturation: wrk -t1 -c16 with bench/post.lua (keep-alive, closed loop): the most a server answers.
 Bodies: bench/reviews.py (a GPU Pod, a Deployment, a CronJob, a denied Pod; 5-15 KB, managedFields and all).
 Reported per run: achieved req/s, p50/p99/p99.9 latency, server CPU per request (all workers, from /proc:
-robust when the machine is noisy), how the connections spread over the workers, and the ratios to both
-floors. Everything is bounded (--seconds per point) and the servers are stopped at the end, also on Ctrl-C.
+robust when the machine is noisy), how the connections spread over the workers, the ratios to both
+floors, and a Targets table against the Flask floor (saturation, CPU per request, p99 and p99.9 at 500 req/s,
+with conns/worker) beside the load average at the start and the end: what docs/performance.md's table needs.
+Everything is bounded (--seconds per point) and the servers are stopped at the end, also on Ctrl-C.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ The API server keeps a few keep-alive connections to the webhook and sends every
 accepted each connection decides which CPUs review: with the listener shared by every worker, whichever woke
 first took them, and a short run put all 4 of a client's connections on one of 2 workers (`conns/worker 4/0` in
 bench/webhook_bench.py). So each worker publishes how many connections it holds, and a worker holding more than
-the least loaded of the others lets a pending connection wait a moment for them (worker.py `_accept`); after
-MAX_DEFERRALS waits it takes the connection anyway, so a busy or stuck sibling delays a new connection by at most
-about MAX_DEFERRALS x RECHECK_SECONDS and never refuses one.
+the least loaded of the others lets a pending connection wait a moment for them (worker.py `_accept`); once it has
+waited MAX_WAIT_SECONDS it takes the connection itself, so a busy or stuck sibling delays a new connection by about
+that much and never refuses one.
 
 Why not SO_REUSEPORT (gunicorn's `reuse_port`, which gives each worker a listener of its own): the kernel
 spreads connections by a hash of their addresses, not by load, so 4 connections land all on one of 2 workers
@@ -23,8 +23,8 @@ from collections.abc import Iterable
 SLOTS = 64
 #: How long a worker over its share waits before it looks at a pending connection again.
 RECHECK_SECONDS = 0.002
-#: Waits in a row before a worker over its share takes a pending connection anyway (about 20 ms in all).
-MAX_DEFERRALS = 10
+#: How long a worker over its share leaves a pending connection to the others before it takes it itself.
+MAX_WAIT_SECONDS = 0.020
 _UNUSED = -1
 
 

@@ -28,7 +28,7 @@ What the worker bounds:
   one, its client waits (within its request deadline) until a large body is done. Slots are granted in
   order and never taken back, so large bodies always progress;
 * spread: a worker holding more serving connections than another live worker lets a pending connection wait
-  a moment (at most ~20 ms) for that one (balance.py), so the API server's few keep-alive connections use
+  a moment (at most 20 ms) for that one (balance.py), so the API server's few keep-alive connections use
   every worker;
 * shutdown: SIGTERM stops accepting, closes idle connections, lets requests under way finish within
   `graceful_timeout`, then exits.
@@ -45,6 +45,7 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import select
 import signal
 import socket
 import ssl
@@ -101,7 +102,7 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self._logged = 0
         self._suppressed: dict[str, int] = {}
         self._counts: balance.ConnectionCounts | None = None  # shared with the other workers (balance.py)
-        self._deferrals = 0  # waits in a row for the others to take a pending connection
+        self._deferring_since: float | None = None  # when this worker first left the pending connection to others
 
     # --- connection.Host ------------------------------------------------------------------------------
 
@@ -284,21 +285,29 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
 
     def _defer_to_others(self, listener: socket.socket, table: set[connection.Connection],
                          app: wsgi.WSGIApp) -> bool:
-        """Whether to leave a pending connection to a worker holding fewer (balance.py): the listener is then
-        not watched for RECHECK_SECONDS, at most MAX_DEFERRALS times in a row, after which this worker takes it."""
+        """Whether to leave a pending connection to a worker holding fewer (balance.py): the listener is then not
+        watched for RECHECK_SECONDS, and again while one stays pending, until MAX_WAIT_SECONDS have passed since
+        this worker first left it; after that this worker takes it."""
         assert self.loop is not None
         slot = getattr(self, "balance_slot", None)
-        if (self._counts is None or slot is None or self._deferrals >= balance.MAX_DEFERRALS
-                or not self._counts.over_share(slot, len(self.connections))):
-            self._deferrals = 0
+        now = self.loop.time()
+        if self._counts is None or slot is None or not self._counts.over_share(slot, len(self.connections)):
+            self._deferring_since = None
             return False
-        self._deferrals += 1
+        if self._deferring_since is None:
+            self._deferring_since = now
+        elif now - self._deferring_since >= balance.MAX_WAIT_SECONDS:
+            self._deferring_since = None
+            return False  # nobody took it: a sibling is busy or stuck, so this worker does
         fd = listener.fileno()
         self.loop.remove_reader(fd)
 
         def watch_again() -> None:
-            if self.alive:  # not once the drain has stopped accepting
-                self.loop.add_reader(fd, self._accept, listener, table, app)  # type: ignore[union-attr]
+            if not self.alive:  # the drain has stopped accepting
+                return
+            if not _pending(fd):
+                self._deferring_since = None  # another worker took it: the next connection starts a new wait
+            self.loop.add_reader(fd, self._accept, listener, table, app)  # type: ignore[union-attr]
 
         self.loop.call_later(balance.RECHECK_SECONDS, watch_again)
         return True
@@ -350,6 +359,13 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self.alive = False
         self.cfg.worker_int(self)
         sys.exit(0)
+
+
+def _pending(fd: int) -> bool:
+    """Whether a listening socket has a connection waiting (poll, not select: a worker's fds may pass 1,024)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _peer(client: socket.socket) -> str:
