@@ -85,6 +85,20 @@ def test_webhook_bench_paces_the_real_server_and_both_floors(webhook_bench_outpu
     assert "throughput real/flask" in webhook_bench_output
 
 
+def test_webhook_bench_reports_every_target_against_the_flask_floor(webhook_bench_output: str) -> None:
+    assert "Targets (real against the Flask floor, this run):" in webhook_bench_output
+    for target in ("throughput at saturation", "CPU per request at saturation", "p99 at 500 req/s",
+                   "p99.9 at 500 req/s"):
+        assert f"| {target} |" in webhook_bench_output
+    assert "- load average: " in webhook_bench_output  # beside the figures, since the machine may be shared
+
+
+def test_review_profile_lists_a_reviews_steps_and_its_costliest_functions() -> None:
+    out = run_bench("review_profile.py", "--templates", "3")
+    assert "CPU per review, unprofiled:" in out
+    assert "| Engine.evaluate |" in out and "| function (own time) | calls per review |" in out
+
+
 def test_webhook_bench_saturates_both_servers_with_wrk(webhook_bench_output: str) -> None:
     if shutil.which("wrk") is None:
         pytest.skip("wrk is not installed (apt-get install -y wrk): the saturation part was not run")

@@ -50,6 +50,7 @@ def create_app(
     app.json = AnswerJSON(app)
     app.extensions[EXTENSION] = webhook
     app.register_blueprint(routes.blueprint)
+    app.wsgi_app = routes.ValidateFastPath(app.wsgi_app, webhook, settings.max_content_length)  # type: ignore[method-assign]
     app.register_error_handler(HTTPException, _on_http_error)
     app.register_error_handler(review.MalformedReview, _on_malformed_review)
     app.register_error_handler(Exception, _on_unexpected_error)

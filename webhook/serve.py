@@ -20,7 +20,7 @@ from typing import Any
 from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
-from webhook import connection, tls
+from webhook import balance, connection, tls
 from webhook.settings import Settings, SettingsError
 
 log = logging.getLogger("gpupolicy.webhook.serve")
@@ -122,7 +122,12 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         self.settings = settings
         self.reloader = reloader
         self.drain = DrainFlag()  # shared memory, created before the fork
+        self.counts = balance.ConnectionCounts()  # likewise: how the workers spread connections (balance.py)
         super().__init__()
+
+    def connection_counts(self) -> balance.ConnectionCounts:
+        """Every worker's open connections, shared, so that each takes its share (worker.py, balance.py)."""
+        return self.counts
 
     def connection_limits(self) -> connection.Limits:
         """What one connection may take (the worker asks in each process)."""
@@ -159,6 +164,7 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
             "errorlog": "-",
             "loglevel": s.log_level,
             "proc_name": "gpupolicy-webhook",
+            "pre_fork": self._pre_fork,
             "child_exit": self._child_exit,
             # gunicorn >= 24 opens a control socket in the working directory; a read-only,
             # non-root container has no use for it.
@@ -190,7 +196,12 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
         except RuntimeError as err:  # what BaseApplication.run turns into a message, too
             raise SettingsError(str(err)) from None
 
+    def _pre_fork(self, arbiter: Arbiter, worker: Any) -> None:
+        # In the master, one worker at a time: the new worker's slot in the shared connection counts.
+        worker.balance_slot = self.counts.assign(getattr(w, "balance_slot", None) for w in arbiter.WORKERS.values())
+
     def _child_exit(self, arbiter: Arbiter, worker: Any) -> None:
+        self.counts.release(getattr(worker, "balance_slot", None))
         if self.settings.metrics_dir is not None:
             from prometheus_client import multiprocess
 

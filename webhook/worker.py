@@ -27,6 +27,9 @@ What the worker bounds:
 * bodies in flight: a body past 64 KiB needs one of `large_body_slots` slots to go on reading; without
   one, its client waits (within its request deadline) until a large body is done. Slots are granted in
   order and never taken back, so large bodies always progress;
+* spread: a worker holding more serving connections than another live worker lets a pending connection wait
+  a moment (at most 20 ms) for that one (balance.py), so the API server's few keep-alive connections use
+  every worker;
 * shutdown: SIGTERM stops accepting, closes idle connections, lets requests under way finish within
   `graceful_timeout`, then exits.
 """
@@ -42,6 +45,7 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import select
 import signal
 import socket
 import ssl
@@ -51,7 +55,7 @@ from typing import Any
 from gunicorn import sock as gunicorn_sock
 from gunicorn.workers import base
 
-from webhook import connection, wsgi
+from webhook import balance, connection, wsgi
 
 #: asyncio's SSLProtocol reads into a buffer of this many bytes per connection (3.11 default: 256 KiB,
 #: allocated and zeroed for every connection). A TLS record carries at most 16 KiB, so nothing is lost.
@@ -59,7 +63,8 @@ TLS_READ_BYTES = 16 * 1024
 #: How many pending connections one wake-up of the listener accepts before the loop serves others. Every
 #: worker is woken for a pending connection, so taking one at a time spreads a burst over the workers;
 #: with 64 per wake-up the first awake worker took all 16 of wrk's connections (16/0) and the pod
-#: served from one CPU (bench/webhook_bench.py, conns/worker: 8/8 with 1).
+#: served from one CPU (bench/webhook_bench.py, conns/worker: 8/8 with 1). Which worker is woken first is still
+#: chance, so a worker holding more connections than another also leaves a pending one to it (balance.py).
 ACCEPT_BATCH = 1
 #: After its last answer, how long a closing TLS connection waits for the client's close_notify.
 TLS_SHUTDOWN_SECONDS = 1.0
@@ -96,6 +101,8 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self._log_window_end = 0.0
         self._logged = 0
         self._suppressed: dict[str, int] = {}
+        self._counts: balance.ConnectionCounts | None = None  # shared with the other workers (balance.py)
+        self._deferring_since: float | None = None  # when this worker first left the pending connection to others
 
     # --- connection.Host ------------------------------------------------------------------------------
 
@@ -129,6 +136,12 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self.connections.discard(conn)
         self._scrapes.discard(conn)
         self._idle.pop(conn, None)
+        self._publish()
+
+    def _publish(self) -> None:
+        slot = getattr(self, "balance_slot", None)  # given by the master before the fork (serve.py)
+        if self._counts is not None and slot is not None:
+            self._counts.publish(slot, len(self.connections))
 
     def idle(self, conn: connection.Connection) -> None:
         if conn in self.connections:
@@ -186,6 +199,8 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self._large_slots = self.app.large_body_slots()
         self._metrics_port = self.app.metrics_port()
         self._threads = self.app.review_threads()
+        counts = getattr(self.app, "connection_counts", None)
+        self._counts = counts() if counts is not None else None
         self._pool = concurrent.futures.ThreadPoolExecutor(self._threads, thread_name_prefix="review")
         super().init_process()  # signals, the application, then run()
 
@@ -236,6 +251,8 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         assert self.loop is not None
         scrape = table is self._scrapes
         limit = SCRAPE_CONNECTIONS if scrape else self.cfg.worker_connections
+        if not scrape and self._defer_to_others(listener, table, app):
+            return
         for _ in range(ACCEPT_BATCH):
             try:
                 client, _ = listener.accept()
@@ -263,6 +280,37 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
             if not scrape:
                 self._idle[conn] = None  # no request yet: evictable from its accept on
             conn.task = self.loop.create_task(self._start(conn, client, tls=self.cfg.is_ssl and not scrape))
+            if not scrape:
+                self._publish()
+
+    def _defer_to_others(self, listener: socket.socket, table: set[connection.Connection],
+                         app: wsgi.WSGIApp) -> bool:
+        """Whether to leave a pending connection to a worker holding fewer (balance.py): the listener is then not
+        watched for RECHECK_SECONDS, and again while one stays pending, until MAX_WAIT_SECONDS have passed since
+        this worker first left it; after that this worker takes it."""
+        assert self.loop is not None
+        slot = getattr(self, "balance_slot", None)
+        now = self.loop.time()
+        if self._counts is None or slot is None or not self._counts.over_share(slot, len(self.connections)):
+            self._deferring_since = None
+            return False
+        if self._deferring_since is None:
+            self._deferring_since = now
+        elif now - self._deferring_since >= balance.MAX_WAIT_SECONDS:
+            self._deferring_since = None
+            return False  # nobody took it: a sibling is busy or stuck, so this worker does
+        fd = listener.fileno()
+        self.loop.remove_reader(fd)
+
+        def watch_again() -> None:
+            if not self.alive:  # the drain has stopped accepting
+                return
+            if not _pending(fd):
+                self._deferring_since = None  # another worker took it: the next connection starts a new wait
+            self.loop.add_reader(fd, self._accept, listener, table, app)  # type: ignore[union-attr]
+
+        self.loop.call_later(balance.RECHECK_SECONDS, watch_again)
+        return True
 
     async def _start(self, conn: connection.Connection, client: socket.socket, *, tls: bool) -> None:
         assert self.loop is not None
@@ -311,6 +359,13 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self.alive = False
         self.cfg.worker_int(self)
         sys.exit(0)
+
+
+def _pending(fd: int) -> bool:
+    """Whether a listening socket has a connection waiting (poll, not select: a worker's fds may pass 1,024)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(0))
 
 
 def _peer(client: socket.socket) -> str:

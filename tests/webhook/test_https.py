@@ -392,6 +392,41 @@ def test_metrics_count_every_review_exactly_once_across_worker_processes(server:
     assert found[("gpupolicy_certificate_expiry_timestamp_seconds", ())] == not_after.timestamp()
 
 
+def _worker_holding(server: Server, client: socket.socket) -> int:
+    """The pid of the worker process holding the server's end of a client's connection (from /proc)."""
+    client_port = client.getsockname()[1]
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            parts = line.split()
+            if (int(parts[1].rsplit(":", 1)[1], 16), int(parts[2].rsplit(":", 1)[1], 16)) == (server.port, client_port):
+                inodes.add(f"socket:[{parts[9]}]")
+    children = Path(f"/proc/{server.process.pid}/task/{server.process.pid}/children").read_text().split()
+    holders = [int(pid) for pid in children for fd in Path(f"/proc/{pid}/fd").iterdir()
+               if os.readlink(fd) in inodes]
+    assert len(holders) == 1, (holders, inodes)
+    return holders[0]
+
+
+def test_a_few_keep_alive_connections_are_spread_over_both_workers(server: Server) -> None:
+    # The API server keeps a few connections and sends every review over them: if one worker took them all, one
+    # CPU would review for the pod (webhook/balance.py). Each connection answers a review, then is located.
+    server.close()  # the fixture's own kept-alive connection: it would count on one side
+    connections = [server.connect() for _ in range(4)]
+    try:
+        holders = []
+        for i, conn in enumerate(connections):
+            conn.request("POST", "/validate?timeout=3s", json.dumps(admission_review(
+                workload("Pod", container(gpus=1)), uid=f"spread-{i}")).encode(), {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            assert response.status == 200 and json.loads(response.read())["response"]["uid"] == f"spread-{i}"
+            holders.append(_worker_holding(server, conn.sock))
+        assert len(set(holders)) == 2, holders
+    finally:
+        for conn in connections:
+            conn.close()
+
+
 def plain_http(port: int, method: str, path: str) -> tuple[int, bytes]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     try:
