@@ -408,11 +408,11 @@ def _placement(facts: _Facts) -> list[tuple[str, str]]:
         found.append(("placeable", v("reachable")))
     placeable_fits = (f"{v('placeable')}.exists(n, {v('known')}[i] in {v('offers')}[n] && "
                       f"{v('offers')}[n][{v('known')}[i]] >= {v('totals')}[i])")
-    # A resource no placeable class offers names a MIG strategy mismatch, unless only the taints of the classes
-    # offering it keep the pod away (rules._resource_problem).
+    # A resource no placeable class offers names a MIG strategy mismatch, unless a class offering it is kept
+    # away by its taints alone (rules._resource_problem: the toleration is the answer, before any MIG naming).
     fits_one = f"(r in {v('offers')}[n] && {v('offers')}[n][r] >= {v('totals')}[{v('known')}.indexOf(r)])"
-    only_taints = (f" && !({v('classes')}.exists(n, {fits_one}) && {v('classes')}.filter(n, {fits_one}).all(n, "
-                   f"n in {v('untolerated')} && n in {v('reachable')}))" if facts.tainted else "")
+    only_taints = (f" && !{v('classes')}.exists(n, {fits_one} && n in {v('untolerated')} && n in {v('reachable')})"
+                   if facts.tainted else "")
     return [
         *found,
         ("candidates", f"{v('placeable')}.filter(n, {_fits('n')})"),

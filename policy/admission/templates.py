@@ -144,15 +144,15 @@ def rooted(fix: Fix, prefix: Path) -> Fix:
 def joined(found: Sequence[tuple[Template, tuple[Diagnostic, ...]]]) -> tuple[Diagnostic, ...]:
     """Every template's findings, each with one fix for the whole object: the fixes of every template that has
     findings, joined (each was checked on its own template, and the templates' pods are judged apart). Where a
-    template with an error has no fix, or two fixes move the object to different namespaces, no joined fix is
-    given, and each finding keeps its hint in words."""
+    template with an error has no fix, no joined fix is given, and each finding keeps its hint in words. No fix
+    moves the object to another namespace (policy/admission/fixes.py, Fix.cost), so the templates' fixes always
+    compose."""
     denied = [diagnostics for _, diagnostics in found if diagnostics]
     if len(denied) < 2:
         return tuple(d for diagnostics in denied for d in diagnostics)
     fixes = [next((d.fix for d in diagnostics if d.fix is not None), None) for diagnostics in denied]
-    moves = {f.namespace for f in fixes if f is not None}
     whole: Fix | None = None
-    if None not in fixes and len(moves) <= 1:
+    if None not in fixes:
         for fix in fixes:
             whole = fix if whole is None else whole.then(fix)  # type: ignore[union-attr]
     out = []
