@@ -672,8 +672,10 @@ def _tenant_rule(tainted: bool) -> CelRule:
     what = (f"{v('who')} + ' may use ' + ({v('allowed')}.size() > 0 ? 'only ' + {v('allowed')}.join(', ') : "
             f"'no sharing mode') + ({v('limitedBy')}.size() > 0 ? ' on its classes' : '') + ', but ' + "
             f"{_may_land(denied + '.join(' + lit(' or ') + ')')}")
-    fallback = ("'run it in a namespace of a tenant that may use these classes, or ask the platform team to allow "
-                "it'")
+    # The namespace picks the tenant: the fix stays inside it (the engine's hints never move a workload), so with no
+    # class of the tenant to pin to, what is left is the ask (remedies.py names the spec field to change).
+    fallback = (f"'no change to this object within the policy admits it: ask the platform team to allow the sharing "
+                f"mode of class ' + {denied}.join(' or ') + ' for ' + {v('who')}")
     return CelRule(f"{v('skip')} || {denied}.size() == 0",
                    _message("tenant-sharing-mode-denied", what, fallback, tainted))
 
