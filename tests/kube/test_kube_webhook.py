@@ -37,8 +37,10 @@ from kube_cases import EXAMPLES, Case, Obj, cases, poll, prepare, send
 pytestmark = [pytest.mark.kube_api, pytest.mark.slow]
 
 GPUPOLICY = str(Path(sys.executable).parent / "gpupolicy")
+#: examples whose tree runs the webhook and that carry an admission test suite to send through it
 WEBHOOK_CLUSTERS = sorted(p.parents[2].name
-                          for p in EXAMPLES.glob("*/out/admission/validatingwebhookconfiguration-*.yaml"))
+                          for p in EXAMPLES.glob("*/out/admission/validatingwebhookconfiguration-*.yaml")
+                          if (p.parents[2] / "admission-tests.yaml").is_file())
 #: status.details.causes entries that carry a finding's fix, not a finding (webhook/review.py FIX_CAUSE)
 FIX_CAUSE = "gpupolicy.dev/fix"
 
