@@ -182,7 +182,10 @@ def promise(tree: Path, class_name: str, spec: dict[str, Any] | None = None) -> 
     if not profiles:
         mig_strategy = "none"
     else:
-        mig_strategy = "mixed" if all(a["resource"].startswith("nvidia.com/mig-") for a in profiles) else "single"
+        # One resource per MIG profile is the mixed strategy's naming; a DRA class's implicit extended resources
+        # (one DeviceClass per profile, deviceclass.resource.kubernetes.io/<class>) name profiles apart the same way.
+        per_profile = ("nvidia.com/mig-", "deviceclass.resource.kubernetes.io/")
+        mig_strategy = "mixed" if all(a["resource"].startswith(per_profile) for a in profiles) else "single"
     strategy = "mps" if entry["mode"] == "mps" else "time-slicing" if shared else "none"
     mig_devices: Counter[str] = Counter()
     for a in profiles:

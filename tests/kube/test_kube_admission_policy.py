@@ -60,12 +60,24 @@ def compiled_policies(cluster: str) -> list[Obj]:
     return documents(sorted((EXAMPLES / cluster / "out" / "admission").glob("validatingadmissionpolic*.yaml")))
 
 
+_PROBE_POD = {"containers": [{"name": "main", "image": "registry.example/app:1",
+                               "resources": {"limits": {"nvidia.com/gpu": "1000"}}}]}
+
+
 def probe(api: KubeAPI) -> Any:
     """A Pod no class of any example can run (1000 whole GPUs), in a namespace of its own."""
     return send(api, Case("probe", 0, "probe", "CREATE", {
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": "gpupolicy-probe"},
-        "spec": {"containers": [{"name": "main", "image": "registry.example/app:1",
-                                 "resources": {"limits": {"nvidia.com/gpu": "1000"}}}]}},
+        "spec": _PROBE_POD}, None, "gpupolicy-probe", {}, {}))
+
+
+def probe_templates(api: KubeAPI) -> Any:
+    """The same pod as a Deployment's template: the policy judging pod templates is another policy, whose new
+    binding takes effect on its own moment, so a switch is seen done only once both are."""
+    return send(api, Case("probe", 0, "probe-templates", "CREATE", {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "probe", "namespace": "gpupolicy-probe"},
+        "spec": {"selector": {"matchLabels": {"app": "probe"}},
+                 "template": {"metadata": {"labels": {"app": "probe"}}, "spec": _PROBE_POD}}},
         None, "gpupolicy-probe", {}, {}))
 
 
@@ -81,7 +93,8 @@ def cluster_api(cluster: str, directory: Path) -> Iterator[KubeAPI]:
         applied = api.kubectl("apply", "--server-side", "--field-manager=gpupolicy-test", "-f", "-",
                               input="---\n".join(_yaml(o) for o in compiled_policies(cluster)))
         assert applied.stdout.count("serverside-applied") == len(compiled_policies(cluster)), applied.stdout
-        poll(lambda: probe(api).status == 403 or None, what=f"{cluster}'s policies to take effect")
+        poll(lambda: probe(api).status == 403 and probe_templates(api).status == 403 or None,
+             what=f"{cluster}'s policies to take effect")
         yield api
 
 
@@ -105,8 +118,8 @@ def switch_bindings(api: KubeAPI, action: str) -> None:
     expected = 403 if action == "Deny" else 201
 
     def in_effect() -> bool | None:
-        answer = probe(api)
-        return True if answer.status == expected and (action == "Deny" or answer.warnings) else None
+        answers = (probe(api), probe_templates(api))
+        return True if all(a.status == expected and (action == "Deny" or a.warnings) for a in answers) else None
 
     poll(in_effect, what=f"the bindings to {action}")
 

@@ -468,6 +468,8 @@ def test_slow_loris_and_silent_clients_are_dropped_after_the_request_timeout_whi
     # with a deadline. Under gthread, 8 stalled or silent clients stopped the server: a review waited
     # 9.7 s behind 8 silent ones and timed out behind 8 stalled ones.
     offset = len(served.log.read_text())
+    timeouts = ("gpupolicy_webhook_dropped_connections_total", (("reason", "timeout"),))
+    timeouts_before = served.metrics().get(timeouts, 0.0)
     silent = [socket.create_connection(("127.0.0.1", served.port)) for _ in range(40)]
     stalled = [StalledClient(served, kind) for kind in ("handshake", "headers", "body")]
     try:
@@ -487,13 +489,17 @@ def test_slow_loris_and_silent_clients_are_dropped_after_the_request_timeout_whi
                for after in dropped.values()), dropped
     # The server writes its log line after it drops the connection, so the client may see the drop first: wait
     # for the lines (a bound, not a timing: they come within milliseconds of the drop).
+    # A worker logs at most LOG_BURST drops per window and sums up the rest later (webhook/worker.py), so after
+    # the module's earlier floods a line may be held back: the timeout counter then says the same.
     deadline = time.monotonic() + 10
     while True:
         window = served.log.read_text()[offset:]
-        if window.count(f"within {REQUEST_TIMEOUT_SECONDS:g}s; disconnected") >= 2 or time.monotonic() > deadline:
+        logged = window.count(f"within {REQUEST_TIMEOUT_SECONDS:g}s; disconnected")
+        counted = served.metrics().get(timeouts, 0.0) - timeouts_before
+        if logged >= 2 or counted >= 2 or time.monotonic() > deadline:
             break
         time.sleep(0.05)
-    assert window.count(f"within {REQUEST_TIMEOUT_SECONDS:g}s; disconnected") >= 2, window[-2000:]
+    assert logged >= 2 or counted >= 2, (counted, window[-2000:])
     assert "Traceback" not in window and "Socket error" not in window
     figures.record("slow clients", silent_connections=len(silent), stalled=len(stalled),
                    healthz_max_ms=round(max(latencies) * 1000, 1),
