@@ -93,7 +93,7 @@ def cluster_api(cluster: str, directory: Path) -> Iterator[KubeAPI]:
         applied = api.kubectl("apply", "--server-side", "--field-manager=gpupolicy-test", "-f", "-",
                               input="---\n".join(_yaml(o) for o in compiled_policies(cluster)))
         assert applied.stdout.count("serverside-applied") == len(compiled_policies(cluster)), applied.stdout
-        poll(lambda: probe(api).status == 403 and probe_templates(api).status == 403 or None,
+        poll(lambda: (probe(api).status == 403 and probe_templates(api).status == 403) or None,
              what=f"{cluster}'s policies to take effect")
         yield api
 
