@@ -88,6 +88,8 @@ def policy(request: pytest.FixtureRequest, kube_api: KubeAPI) -> Iterator[tuple[
     for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
         path = f"{ADMISSION}/{kind}/{name}"
         assert kube_api.request("DELETE", path).status == 200
+    # gone from admission only once the informers see the deletion: the next case's pods must not meet it
+    poll(lambda: name not in send(kube_api, over).message or None, what=f"policy {name} to be gone")
 
 
 def test_the_largest_pod_the_estimate_allows_runs_and_one_container_more_is_cancelled(

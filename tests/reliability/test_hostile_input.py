@@ -387,6 +387,8 @@ def test_malformed_chunked_framing_never_reaches_the_app_so_no_traceback_and_no_
     key = ("gpupolicy_webhook_internal_errors_total", ())
     offset = len(served.log.read_text())
     before = served.metrics().get(key, 0.0)
+    malformed_before = served.metrics().get(
+        ("gpupolicy_webhook_dropped_connections_total", (("reason", "malformed"),)), 0.0)
     framing = {case: RAW_CASES[case][0] for case in RAW_CASES if case.startswith("chunked framing: ")}
     statuses = {case: status_of(exchange(served, data)) for case, data in framing.items()}
     window = served.log.read_text()[offset:]
@@ -394,7 +396,10 @@ def test_malformed_chunked_framing_never_reaches_the_app_so_no_traceback_and_no_
     assert served.metrics().get(key, 0.0) == before
     assert "Traceback" not in window
     refused = [line for line in window.splitlines() if "malformed HTTP request" in line or " 431 " in line]
-    assert len(refused) >= len(framing) - 1, window[-2000:]  # one line each (the 413 is not "malformed")
+    # one line each (the 413 is not "malformed"), unless a worker's log burst was spent by the module's earlier
+    # floods (webhook/worker.py LOG_BURST): then the counter of malformed drops says the same
+    malformed = served.metrics().get(("gpupolicy_webhook_dropped_connections_total", (("reason", "malformed"),)), 0.0)
+    assert len(refused) >= len(framing) - 1 or malformed - malformed_before >= len(framing) - 1, window[-2000:]
     figures.record("malformed chunked framing", statuses=statuses)
 
 
