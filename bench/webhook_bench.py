@@ -348,7 +348,10 @@ def _targets(real: Server, flask: Server) -> list[str]:
             lines.append(f"| {what} | | | | {sense} {limit:g}x | | not measured (no {load} point in this run) |")
             continue
         r, f = by_load[load]
-        ratio = r[key] / f[key] if f[key] else float("inf")
+        if not f[key]:  # a floor of 0 (no sample) would make any ratio "met"
+            lines.append(f"| {what} | {r[key]:,.2f} | 0 | | {sense} {limit:g}x | | not measured (no floor figure) |")
+            continue
+        ratio = r[key] / f[key]
         met = ratio >= limit if sense == "≥" else ratio <= limit
         spread = f"{'/'.join(map(str, r['conns_per_worker']))}, {'/'.join(map(str, f['conns_per_worker']))}"
         lines.append(f"| {what} | {r[key]:,.2f} | {f[key]:,.2f} | {ratio:.2f}x | {sense} {limit:g}x | {spread} | "

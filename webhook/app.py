@@ -50,7 +50,7 @@ def create_app(
     app.json = AnswerJSON(app)
     app.extensions[EXTENSION] = webhook
     app.register_blueprint(routes.blueprint)
-    app.wsgi_app = routes.ValidateFastPath(app.wsgi_app, webhook, settings.max_content_length)  # type: ignore[method-assign]
+    app.wsgi_app = routes.ValidateFastPath(app.wsgi_app, webhook)  # type: ignore[method-assign]
     app.register_error_handler(HTTPException, _on_http_error)
     app.register_error_handler(review.MalformedReview, _on_malformed_review)
     app.register_error_handler(Exception, _on_unexpected_error)
@@ -64,7 +64,7 @@ class AnswerJSON(DefaultJSONProvider):
     sort_keys = False
 
     def response(self, *args: Any, **kwargs: Any) -> Response:
-        body = review.json_bytes(self._prepare_response_obj(args, kwargs)) + b"\n"
+        body = review.answer_bytes(self._prepare_response_obj(args, kwargs))
         return self._app.response_class(body, mimetype=self.mimetype)
 
 

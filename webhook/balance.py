@@ -44,13 +44,10 @@ class ConnectionCounts:
             self._counts[slot] = _UNUSED
 
     def assign(self, taken: Iterable[int | None]) -> int | None:
-        """A slot no live worker holds (``taken``: theirs), marked in use; None when all are taken."""
+        """A slot no live worker holds (``taken``: theirs); None when all are taken. It reads as unused until
+        the new worker publishes its first count, once it accepts: a booting worker draws no connections."""
         busy = set(taken)
-        for slot in range(len(self._counts)):
-            if slot not in busy:
-                self._counts[slot] = 0
-                return slot
-        return None
+        return next((slot for slot in range(len(self._counts)) if slot not in busy), None)
 
     def release(self, slot: int | None) -> None:
         if slot is not None:

@@ -65,7 +65,7 @@ STATUS_REASONS = {
 #: server sends at most ~160,000.
 MAX_JSON_VALUES = 200_000
 #: Bodies up to this size are parsed without counting: even at the worst inflation they stay under 2 MiB.
-_UNCOUNTED_BYTES = 64 * 1024
+UNCOUNTED_BYTES = 64 * 1024
 _JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # "unrolled": one tight loop per run of plain bytes
 
 # orjson builds the same values as json.loads in half the time (a review's parse was a sixth of its cost,
@@ -234,7 +234,7 @@ def parse_review(body: bytes | str) -> Review:
 
 def _loads(body: bytes | str) -> Any:
     """json.loads(body): its value, or its exception; through orjson where that gives the same (see above)."""
-    if isinstance(body, bytes) and len(body) <= _UNCOUNTED_BYTES:  # larger ones: no copy made to look at them
+    if isinstance(body, bytes) and len(body) <= UNCOUNTED_BYTES:  # larger ones: no copy made to look at them
         shape = body.translate(_ORJSON_GUARD)
         if _LONG_INTEGER not in shape and shape.count(b"[") < _ORJSON_MAX_OPENINGS:
             try:
@@ -250,7 +250,7 @@ def _check_value_count(body: bytes | str) -> None:
     Counted from the bytes (_structural); commas and brackets inside strings would count too, so when the
     raw count is high the strings are blanked out and the count is made again.
     """
-    if len(body) <= _UNCOUNTED_BYTES:
+    if len(body) <= UNCOUNTED_BYTES:
         return
     data = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else body
     if _structural(data) <= MAX_JSON_VALUES:
@@ -508,6 +508,11 @@ def _causes(decision: DecisionLike) -> tuple[StatusCause, ...]:
         if d.fix is not None and (data := d.fix.quoted) is not None:
             out.append(StatusCause(reason=FIX_CAUSE, message=json_bytes(data, sort_keys=True).decode(), field=where))
     return tuple(out)
+
+
+def answer_bytes(answer: Any) -> bytes:
+    """An answer's body as the webhook sends it, on the fast path and through Flask alike: compact JSON, a newline."""
+    return json_bytes(answer) + b"\n"
 
 
 def json_bytes(data: Any, *, sort_keys: bool = False) -> bytes:

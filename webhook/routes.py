@@ -20,7 +20,7 @@ from webhook.wsgi import ARRIVED_KEY, WSGIApp
 blueprint = Blueprint(EXTENSION, __name__)
 
 # Tenant names are DNS labels in the spec (policy/spec/model.py Tenant.name), so anything else is no route.
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")  # used with fullmatch: "$" takes a final "\n"
 
 # Every route but liveness first lets the store notice a new policy file (at most once per interval), probes
 # included; liveness stays trivial. Each view calls it itself: as a blueprint before_request hook it cost
@@ -38,7 +38,7 @@ def validate(tenant: str | None) -> Response:
     webhook = current_webhook()
     webhook.store.maybe_refresh()
     g.started = time.perf_counter()
-    if tenant is not None and not _DNS_LABEL.match(tenant):
+    if tenant is not None and not _DNS_LABEL.fullmatch(tenant):
         raise NotFound(f"{tenant!r} is not a tenant name (tenant names are DNS labels)")
     return jsonify(answer(webhook, _json_body(), tenant, request.environ, g))
 
@@ -56,9 +56,10 @@ def answer(webhook: Webhook, body: bytes, tenant: str | None, environ: Mapping[s
     # stamps it; under another WSGI server it runs from here).
     arrived = environ.get(ARRIVED_KEY) or time.monotonic()
     rv = scratch.review = review.parse_review(body)
-    verdict = webhook.admit(rv, tenant=tenant, started=scratch.started,
-                            deadline=arrived + webhook.settings.review_budget_seconds)
-    return review.build_response(rv, verdict)
+    verdict, generation = webhook.admit(rv, tenant=tenant, deadline=arrived + webhook.settings.review_budget_seconds)
+    out = review.build_response(rv, verdict)
+    webhook.record(rv, verdict, time.perf_counter() - scratch.started, tenant=tenant, generation=generation)
+    return out
 
 
 @blueprint.get("/healthz")
@@ -112,27 +113,29 @@ class ValidateFastPath:
     Only a POST to /validate or /validate/tenant/<DNS label> with a JSON body of at most 64 KiB is taken,
     and it runs the view's own `answer`; anything else, and any exception on the way (a malformed body, no
     policy loaded, a bug), goes to Flask, which answers it (again from the start) as it always did: errors and
-    the last-resort handler stay Flask's. A call that raises here has recorded nothing (``Webhook.admit``
-    counts and logs last), so Flask's attempt counts it once.
+    the last-resort handler stay Flask's. A call that raises here has recorded nothing (`answer` records only
+    once the answer is built), so Flask's attempt counts it once.
     """
 
-    def __init__(self, flask_wsgi: WSGIApp, webhook: Webhook, max_body: int) -> None:
+    def __init__(self, flask_wsgi: WSGIApp, webhook: Webhook) -> None:
         self._flask = flask_wsgi
         self._webhook = webhook
-        self._max_body = max_body
+        self._limit = min(webhook.settings.max_content_length, FAST_PATH_MAX_BYTES)
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         tenant = self._route(environ)
         if tenant is _NOT_OURS:
             return self._flask(environ, start_response)
         body = environ["wsgi.input"].read()
-        if not body or len(body) > min(self._max_body, FAST_PATH_MAX_BYTES):
+        if not body or len(body) > self._limit:
             return self._to_flask(environ, start_response, body)
-        scratch = _Scratch(time.perf_counter())
         data = None
         try:
             self._webhook.store.maybe_refresh()
-            data = review.json_bytes(answer(self._webhook, body, tenant, environ, scratch)) + b"\n"
+            if self._webhook.store.current is None:  # Flask's 503, without parsing the body twice first
+                return self._to_flask(environ, start_response, body)
+            scratch = _Scratch(time.perf_counter())  # from here, as the view's g.started
+            data = review.answer_bytes(answer(self._webhook, body, tenant, environ, scratch))
         except Exception:  # Flask answers it, from the start, with its own error handlers
             pass  # and only once this block is left: the exception's frames hold the parsed body until then
         if data is None:
@@ -152,7 +155,7 @@ class ValidateFastPath:
         if path == "/validate":
             return None
         tenant = path.removeprefix("/validate/tenant/")
-        return tenant if tenant != path and _DNS_LABEL.match(tenant) else _NOT_OURS
+        return tenant if tenant != path and _DNS_LABEL.fullmatch(tenant) else _NOT_OURS
 
     def _to_flask(self, environ: dict[str, Any], start_response: Callable[..., Any], body: bytes) -> Iterable[bytes]:
         environ["wsgi.input"] = io.BytesIO(body)  # read here: Flask reads it again from the start
@@ -169,5 +172,5 @@ class _Scratch:
 
 _NOT_OURS: Any = object()
 #: Bodies past this go to Flask directly. Real reviews are 5-20 KB; a body the fast path hands to Flask is parsed
-#: twice, and up to this size a parse costs little and builds at most ~2 MiB (review.py, _UNCOUNTED_BYTES).
-FAST_PATH_MAX_BYTES = 64 * 1024
+#: twice, and up to this size a parse costs little and builds at most ~2 MiB (review.py, UNCOUNTED_BYTES).
+FAST_PATH_MAX_BYTES = review.UNCOUNTED_BYTES

@@ -46,8 +46,11 @@ class Webhook:
     metrics: webhook_metrics.Metrics
     drain: DrainFlag
 
-    def admit(self, rv: review.Review, *, tenant: str | None, started: float, deadline: float) -> review.Verdict:
-        """Decide one review against the current policy by ``deadline`` (time.monotonic), then count and log it.
+    def admit(self, rv: review.Review, *, tenant: str | None,
+              deadline: float) -> tuple[review.Verdict, int | None]:
+        """Decide one review against the current policy by ``deadline`` (time.monotonic): the verdict and the
+        policy generation that gave it. The caller records it (``record``) once its answer is built, so a review
+        whose answer fails to build is counted once, as the internal error it is, on every path.
 
         Raises ServiceUnavailable (HTTP 503) while no valid policy has loaded: the API server then applies
         the webhook's failurePolicy, and readiness keeps the Service from sending us traffic meanwhile.
@@ -57,8 +60,7 @@ class Webhook:
             raise ServiceUnavailable(f"no valid admission policy is loaded: {self.store.last_error}")
         verdict = review.decide(rv, snapshot.engine, tenants=(tenant,) if tenant else (),
                                 expired=lambda: time.monotonic() >= deadline)
-        self.record(rv, verdict, time.perf_counter() - started, tenant=tenant, generation=snapshot.generation)
-        return verdict
+        return verdict, snapshot.generation
 
     def record(self, rv: review.Review, verdict: review.Verdict, seconds: float, *, tenant: str | None,
                generation: int | None) -> None:
@@ -79,7 +81,7 @@ class Webhook:
             "admission uid=%s kind=%s object=%s operation=%s dryRun=%s tenant=%s verdict=%s code=%s "
             "rules=%s%s generation=%s latency_ms=%.2f",
             loggable(rv.uid), loggable(rv.kind["kind"]), loggable(rv.object_key), rv.operation,
-            str(rv.dry_run).lower(), tenant or "-", outcome, verdict.code, fired or "-",
+            str(rv.dry_run).lower(), loggable(tenant) if tenant else "-", outcome, verdict.code, fired or "-",
             f" skipped={loggable(verdict.skipped)}" if verdict.skipped else "",
             generation if generation is not None else "-", seconds * 1000,
         )

@@ -102,6 +102,7 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self._logged = 0
         self._suppressed: dict[str, int] = {}
         self._counts: balance.ConnectionCounts | None = None  # shared with the other workers (balance.py)
+        self._slot: int | None = None  # this worker's slot in them (None: it takes part in no balance)
         self._deferring_since: float | None = None  # when this worker first left the pending connection to others
 
     # --- connection.Host ------------------------------------------------------------------------------
@@ -139,9 +140,9 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self._publish()
 
     def _publish(self) -> None:
-        slot = getattr(self, "balance_slot", None)  # given by the master before the fork (serve.py)
-        if self._counts is not None and slot is not None:
-            self._counts.publish(slot, len(self.connections))
+        # Only while accepting: a draining worker's falling count must not draw its siblings' connections to it.
+        if self._counts is not None and self.alive:
+            self._counts.publish(self._slot, len(self.connections))  # type: ignore[arg-type]
 
     def idle(self, conn: connection.Connection) -> None:
         if conn in self.connections:
@@ -200,7 +201,8 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         self._metrics_port = self.app.metrics_port()
         self._threads = self.app.review_threads()
         counts = getattr(self.app, "connection_counts", None)
-        self._counts = counts() if counts is not None else None
+        self._slot = getattr(self, "balance_slot", None)  # given by the master before the fork (serve.py)
+        self._counts = counts() if counts is not None and self._slot is not None else None
         self._pool = concurrent.futures.ThreadPoolExecutor(self._threads, thread_name_prefix="review")
         super().init_process()  # signals, the application, then run()
 
@@ -236,6 +238,7 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
             scrape = bool(self._metrics_port) and listener.sock.getsockname()[1] == self._metrics_port
             self.loop.add_reader(listener.sock.fileno(), self._accept, listener.sock,
                                  self._scrapes if scrape else self.connections, scrape_app if scrape else self.wsgi)
+        self._publish()  # accepting now: until here the slot read as unused, so siblings did not wait for it
         heartbeat = max(0.5, min(1.0, self.timeout / 4))
         while self.alive:
             self.notify()
@@ -289,9 +292,8 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
         watched for RECHECK_SECONDS, and again while one stays pending, until MAX_WAIT_SECONDS have passed since
         this worker first left it; after that this worker takes it."""
         assert self.loop is not None
-        slot = getattr(self, "balance_slot", None)
         now = self.loop.time()
-        if self._counts is None or slot is None or not self._counts.over_share(slot, len(self.connections)):
+        if self._counts is None or not self._counts.over_share(self._slot, len(self.connections)):  # type: ignore[arg-type]
             self._deferring_since = None
             return False
         if self._deferring_since is None:
@@ -340,6 +342,8 @@ class EventLoopWorker(base.Worker):  # type: ignore[misc]
 
     async def _drain(self) -> None:
         assert self.loop is not None
+        if self._counts is not None:
+            self._counts.release(self._slot)  # accepting no more: siblings stop leaving connections to it
         for listener in self.sockets:
             self.loop.remove_reader(listener.sock.fileno())
         for conn in [*self.connections, *self._scrapes]:
