@@ -224,6 +224,8 @@ CODE_HELP: dict[str, tuple[str, str]] = {
                                            "spec.dra.kubernetesFeatureGates."),
     "dra-gates-exclusive": (_SEMANTIC, "The DRA pool needs two driver gates that exclude each other (MPS with "
                                        "consumable shares or dynamic MIG, ...)."),
+    "dra-gate-turned-off": (_SEMANTIC, "spec.dra.featureGates turns off a driver gate the DRA classes' own sharing "
+                                       "needs."),
     "dra-unsupported-sharing": (_SEMANTIC, "A DRA class uses a sharing mode NVIDIA's DRA driver cannot express "
                                            "(vgpu, time-sliced MIG devices)."),
     "dra-consumable-shares-driver-wide": (_SEMANTIC, "Time-sliced DRA classes need one consumable-shares number for "

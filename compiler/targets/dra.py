@@ -37,13 +37,11 @@ def render_dra(resolved: ResolvedPolicy) -> dict[str, Obj]:
     classes = dra.device_classes(resolved)
     out: dict[str, Obj] = {f"deviceclass-{dc.name}": device_class(resolved, dc) for dc in classes}
     by_name = {dc.name: dc for dc in classes}
-    for tenant in dra.tenants(resolved, classes):
-        for namespace in tenant.namespaces:
-            for name in tenant.classes:
-                dc = by_name[name]
-                out[f"resourceclaimtemplate-{namespace}-{dc.template_name}"] = claim_template(resolved, dc,
-                                                                                           namespace)
-            out[f"resourcequota-{namespace}-{QUOTA_NAME}"] = quota(resolved, classes, tenant.classes, namespace)
+    for namespace, allowed in dra.namespace_classes(dra.tenants(resolved, classes)).items():
+        for name in allowed:
+            dc = by_name[name]
+            out[f"resourceclaimtemplate-{namespace}-{dc.template_name}"] = claim_template(resolved, dc, namespace)
+        out[f"resourcequota-{namespace}-{QUOTA_NAME}"] = quota(resolved, classes, allowed, namespace)
     return dict(sorted(out.items()))
 
 

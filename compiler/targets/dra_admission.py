@@ -24,18 +24,18 @@ def _exact_ok(x: str) -> str:
     neither compiled nor NVIDIA's), no All, no adminAccess, a count one node of the class holds."""
     cls = f"{x}.deviceClassName"
     compiled = f"({cls} in variables.perNode)"
-    return (f"(({cls} in variables.allowed) || (!{compiled} && !{cls}.endsWith('.nvidia.com') && "
-            f"{cls} != 'gpu.nvidia.com'))"
+    # gpu.nvidia.com, the driver's own class, ends so too
+    return (f"(({cls} in variables.allowed) || (!{compiled} && !{cls}.endsWith('.nvidia.com')))"
             f" && (!{compiled} || ((!has({x}.allocationMode) || {x}.allocationMode != 'All')"
             f" && (!has({x}.adminAccess) || !{x}.adminAccess)"
             f" && (!has({x}.count) || {x}.count <= variables.perNode[{cls}])))")
 
 
-def claims_policy(resolved: ResolvedPolicy, resource: str, devices: str) -> Obj:
+def claims_policy(resolved: ResolvedPolicy, document: offers.AdmissionPolicy, resource: str, devices: str) -> Obj:
     """The claim rules CEL can decide (policy/admission/claims.py: the DeviceClass, allocationMode, adminAccess,
     count), for one kind: the webhook holds the config and status rules. The tenant is matched from
-    namespaceObject's labels with the compiled selectors, as the pod policies do."""
-    document = offers.build_admission_policy(resolved)
+    namespaceObject's labels with the compiled selectors, as the pod policies do. ``document``: the tree's
+    admission policy (offers.build_admission_policy), built once for both kinds."""
     assert document.dra is not None
     tenants = admission_policy.tenant_selectors(document.tenants)
     labels = "variables.labels"
@@ -77,15 +77,26 @@ def claims_policy(resolved: ResolvedPolicy, resource: str, devices: str) -> Obj:
     }
 
 
+def _compiled(resolved: ResolvedPolicy) -> bool:
+    """Whether the tree holds the claims' policies: a DRA pool, admission on, and VAP among its engines."""
+    spec = resolved.spec
+    return bool(resolved.dra_classes) and spec.admission.enabled and spec.admission_engine != "webhook"
+
+
+def policy_names(resolved: ResolvedPolicy) -> tuple[str, ...]:
+    """The claims' ValidatingAdmissionPolicies the tree holds (monitoring watches them)."""
+    return tuple(f"{resource}.{VAP_NAME}" for resource, _ in _KINDS) if _compiled(resolved) else ()
+
+
 def render_claims_policies(resolved: ResolvedPolicy) -> dict[str, Obj]:
     """File stem -> the claims' policies and bindings, where the API server has VAP and admission is on."""
-    spec = resolved.spec
-    if not resolved.dra_classes or not spec.admission.enabled or spec.admission_engine == "webhook":
+    if not _compiled(resolved):
         return {}
     out: dict[str, Obj] = {}
     excluded = admission_webhook.excluded_namespaces(resolved.policy)
+    document = offers.build_admission_policy(resolved)
     for resource, devices in _KINDS:
-        policy = claims_policy(resolved, resource, devices)
+        policy = claims_policy(resolved, document, resource, devices)
         name = policy["metadata"]["name"]
         binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
                    "metadata": objects.metadata(name, labels=objects.labels(resolved.policy, COMPONENT)),

@@ -8,6 +8,7 @@ evaluates to true or false, never to an error (an erroring matchCondition goes t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from policy.admission.templates import parse
@@ -18,6 +19,7 @@ __all__ = ["asks_for_gpu", "kinds_of", "resource_rules"]
 
 OPERATIONS = ("CREATE", "UPDATE")
 #: CEL's reserved words: a field of that name is written __name__ (Kubernetes' CEL property-name escaping).
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _RESERVED = frozenset({"true", "false", "null", "in", "as", "break", "const", "continue", "else", "for", "function",
                        "if", "import", "let", "loop", "package", "namespace", "return", "var", "void", "while"})
 
@@ -38,10 +40,15 @@ def resource_rules(kinds: Sequence[WorkloadKind]) -> tuple[tuple[str, tuple[str,
     return tuple((g, tuple(sorted(v)), tuple(sorted(r))) for g, (v, r) in sorted(groups.items()))
 
 
-def field(name: str) -> str:
-    """A field name as a CEL property (Kubernetes escapes '_' '-' '.' '/' and reserved words)."""
-    escaped = name.replace("_", "__underscores__").replace("-", "__dash__")
-    return f"__{escaped}__" if escaped in _RESERVED else escaped
+def select(var: str, name: str) -> tuple[str, str]:
+    """(CEL true when ``var`` has the field, CEL of the field) for a field of a custom resource. The API server
+    hands admission CEL a custom resource as an unstructured map (reference cel-monitoring.md: the __dot__ escaping
+    is for schema property names only, a map key is read as written), so a plain identifier is selected as such and
+    any other name (a '-', a '.', a reserved word) by index, present when it is ``in`` the map."""
+    if _IDENTIFIER.fullmatch(name) and name not in _RESERVED:
+        return f"has({var}.{name})", f"{var}.{name}"
+    key = "'" + name.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return f"{key} in {var}", f"{var}[{key}]"
 
 
 def asks_for_gpu(var: str, kinds: Sequence[WorkloadKind]) -> str:
@@ -71,8 +78,8 @@ def _walk(var: str, steps: Sequence[str | int], leaf: str, names: _Names) -> str
         return leaf.replace("@", var)
     step, rest = steps[0], steps[1:]
     if isinstance(step, str):
-        child = f"{var}.{field(step)}"
-        return f"has({child}) && {_walk(child, rest, leaf, names)}"
+        present, child = select(var, step)
+        return f"{present} && {_walk(child, rest, leaf, names)}"
     name = names()
     if step == 0:  # every item of a list
         return f"{var}.exists({name}, {_walk(name, rest, leaf, names)})"
@@ -80,9 +87,9 @@ def _walk(var: str, steps: Sequence[str | int], leaf: str, names: _Names) -> str
 
 
 def _resources(resources: str) -> str:
-    table = field(resources)
-    return (f"has(@.{table}) && ((has(@.{table}.limits) && @.{table}.limits.exists(k, k.startsWith('nvidia.com/')))"
-            f" || (has(@.{table}.requests) && @.{table}.requests.exists(k, k.startsWith('nvidia.com/'))))")
+    present, table = select("@", resources)
+    return (f"{present} && ((has({table}.limits) && {table}.limits.exists(k, k.startsWith('nvidia.com/')))"
+            f" || (has({table}.requests) && {table}.requests.exists(k, k.startsWith('nvidia.com/'))))")
 
 
 def _template(var: str, ref: PodTemplateRef) -> str:

@@ -128,7 +128,7 @@ def _request_findings(policy: ClaimPolicy, allowed: frozenset[str], who: str, cl
                       request: Mapping[str, Any], path: Path) -> Iterator[Diagnostic]:
     dc = policy.classes.get(class_name)
     where = (*path, "deviceClassName")
-    if dc is None and (class_name.endswith(NVIDIA_SUFFIX) or class_name == facts.DRIVER):
+    if dc is None and class_name.endswith(NVIDIA_SUFFIX):  # the driver's own gpu.nvidia.com too
         fix = _use(allowed) if policy.classes else (
             "this cluster's policy compiles no DRA class, so no claim for NVIDIA's driver is ever allocated: ask for "
             "the GPU with resources.limits (nvidia.com/gpu and the like, which the device plugin serves), or ask the "
@@ -168,15 +168,19 @@ def _config_findings(policy: ClaimPolicy, devices: Mapping[str, Any], base: Path
     """Claim-level opaque config for NVIDIA's driver: later entries win over the class's (the driver's
     GetOpaqueDeviceConfigs), so it is refused where the class carries sharing config, and sharing it introduces is
     refused everywhere (the tenant's modes are the classes'); MPS figures are held to the driver's ranges."""
+    every: tuple[list[str], int] | None = None  # an entry naming no request applies to all: worked out once
     for i, entry in enumerate(_items(devices.get("config"))):
         entry = _mapping(entry)
         opaque = _mapping(entry.get("opaque"))
         if opaque.get("driver") != facts.DRIVER:
             continue
         path = (*base, "config", i, "opaque")
-        targets = [str(r).split("/")[0] for r in _items(entry.get("requests"))] or list(classes)
-        configured = sorted({classes[t] for t in targets if t in classes and classes[t] in policy.classes
-                             and policy.classes[classes[t]].configured})
+        named = _items(entry.get("requests"))
+        if named:
+            configured, largest = _targets(policy, classes, [str(r).split("/")[0] for r in named])
+        else:
+            every = every or _targets(policy, classes, list(classes))
+            configured, largest = every
         parameters = _mapping(opaque.get("parameters"))
         sharing = _mapping(parameters.get("sharing"))
         if configured or sharing:
@@ -185,11 +189,17 @@ def _config_findings(policy: ClaimPolicy, devices: Mapping[str, Any], base: Path
                    "sharing comes from the DeviceClass, whose mode the tenant rule checks")
             yield Diagnostic("dra-claim-config-override", f"the claim sets the driver's opaque config: {why}", path,
                              "remove the config entry; pick the DeviceClass whose sharing you need")
-        yield from _mps_findings(policy, sharing, path, [classes[t] for t in targets if t in classes])
+        yield from _mps_findings(sharing, path, largest)
 
 
-def _mps_findings(policy: ClaimPolicy, sharing: Mapping[str, Any], path: Path,
-                  classes: list[str]) -> Iterator[Diagnostic]:
+def _targets(policy: ClaimPolicy, classes: Mapping[str, str], requests: list[str]) -> tuple[list[str], int]:
+    """Of the named requests' compiled DeviceClasses: those carrying sharing config (sorted), and the largest
+    device memory in MiB (0: none known)."""
+    known = [policy.classes[classes[t]] for t in requests if t in classes and classes[t] in policy.classes]
+    return sorted({dc.name for dc in known if dc.configured}), max((dc.memory_mib for dc in known), default=0)
+
+
+def _mps_findings(sharing: Mapping[str, Any], path: Path, largest: int) -> Iterator[Diagnostic]:
     mps = _mapping(sharing.get("mpsConfig"))
     percent = mps.get("defaultActiveThreadPercentage")
     if percent is not None and (not isinstance(percent, int) or isinstance(percent, bool) or not 0 <= percent <= 100):
@@ -200,7 +210,6 @@ def _mps_findings(policy: ClaimPolicy, sharing: Mapping[str, Any], path: Path,
     if limit is None:
         return
     mib = _mib(limit)
-    largest = max((policy.classes[c].memory_mib for c in classes if c in policy.classes), default=0)
     where = (*path, "parameters", "sharing", "mpsConfig", "defaultPinnedDeviceMemoryLimit")
     if mib is None or mib < MIN_PINNED_MIB or (largest and mib > largest):
         bound = f" and at most the device's {largest}Mi" if largest else ""

@@ -45,7 +45,14 @@ def check_dra_gates(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
         return
     spec = resolved.spec
     release = spec.dra.version
-    for need in pool.driver_gates(resolved):
+    needs = pool.driver_gates(resolved)
+    for need in needs:
+        if spec.dra.feature_gates.get(need.gate) is False:
+            # the values would write the gate off while the DeviceClass still carries the config needing it: the
+            # driver then fails every claim of the class when it prepares it
+            yield Diagnostic("dra-gate-turned-off", f"{need.reason}, which needs the driver gate {need.gate}, but "
+                             f"spec.dra.featureGates turns {need.gate} off", ("spec", "dra", "featureGates", need.gate),
+                             f"remove {need.gate}: false from spec.dra.featureGates, or change the class's sharing")
         if not dra.has_gate(release, need.gate):
             yield Diagnostic("dra-gate-needs-release", f"{need.reason}, which needs the driver's alpha gate "
                              f"{need.gate}: NVIDIA DRA driver {release} has no such gate; "
@@ -64,8 +71,8 @@ def check_dra_gates(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
     enabled = pool.enabled_gates(resolved)
     for a, b, why in dra.EXCLUSIVE_GATES:
         if enabled.get(a) and enabled.get(b):
-            reasons = {n.gate: n.reason for n in pool.driver_gates(resolved)}
-            path = next(n.path for n in pool.driver_gates(resolved) if n.gate == b)
+            reasons = {n.gate: n.reason for n in needs}
+            path = next(n.path for n in needs if n.gate == b)
             yield Diagnostic("dra-gates-exclusive", f"the DRA pool needs the driver gates {a} ({reasons[a]}) and "
                              f"{b} ({reasons[b]}), which exclude each other: {why}", path,
                              "keep one of the two: move one class to the device plugin (allocation: device-plugin) "

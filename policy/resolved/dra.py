@@ -169,6 +169,18 @@ def tenants(resolved: ResolvedPolicy, classes: tuple[DraDeviceClass, ...]) -> tu
                            named_namespaces(t)) for t in resolved.spec.tenants)
 
 
+def namespace_classes(tenants_dra: tuple[TenantDra, ...]) -> dict[str, tuple[str, ...]]:
+    """Per namespace a tenant's selector names, the DeviceClasses it may use: those of every tenant naming it (as
+    admission decides: several tenants mean only what all of them allow, claims.ClaimPolicy.allowed), in the
+    first tenant's order."""
+    found: dict[str, tuple[str, ...]] = {}
+    for tenant in tenants_dra:
+        for namespace in tenant.namespaces:
+            before = found.get(namespace)
+            found[namespace] = tenant.classes if before is None else tuple(c for c in before if c in tenant.classes)
+    return found
+
+
 def default_classes(spec: Spec, classes: tuple[DraDeviceClass, ...]) -> tuple[str, ...]:
     """The DeviceClasses a namespace no tenant selects may use (admission.defaultAllow)."""
     return tuple(dc.name for dc in classes if allows(spec.admission.default_allow, (), dc))

@@ -96,6 +96,7 @@ Code = Literal[
     "dra-gate-needs-release",
     "dra-kubernetes-gate-off",
     "dra-gates-exclusive",
+    "dra-gate-turned-off",
     "dra-unsupported-sharing",
     "dra-consumable-shares-driver-wide",
     "dra-classes-indistinguishable",

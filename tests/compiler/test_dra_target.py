@@ -79,3 +79,18 @@ def test_claim_webhook_entries_sit_beside_every_entry_only_with_a_dra_pool(examp
         "resourceclaimtemplates", "resourceclaims", "resourceclaims/status", "pods"}
     plain = tree_objects(example_policy("mixed-fleet"), "admission/validatingwebhookconfiguration")
     assert not any(w["name"].startswith("claims.") for c in plain.values() for w in c["webhooks"])
+
+
+def test_a_namespace_two_tenants_name_gets_the_templates_and_quota_of_what_both_allow(example_policy: Load) -> None:
+    # research also names inference: admission allows there only what prod and research both may use (exclusive
+    # H100s), so the tree holds that template alone and a quota of 0 for the rest, whatever the tenants' order
+    policy = example_policy("dra-mixed", ("values: [research, training]", "values: [research, training, inference]"))
+    found = tree_objects(policy, "dra/resource")
+    templates = sorted(o["metadata"]["name"] for o in found.values()
+                       if o["kind"] == "ResourceClaimTemplate" and o["metadata"]["namespace"] == "inference")
+    assert templates == ["h100-train"]
+    [hard] = [o["spec"]["hard"] for o in found.values()
+              if o["kind"] == "ResourceQuota" and o["metadata"]["namespace"] == "inference"]
+    assert hard["h100-train.exclusive.gpupolicy.dev.deviceclass.resource.k8s.io/devices"] == "16"
+    assert hard["a100-mig.1g.10gb.gpupolicy.dev.deviceclass.resource.k8s.io/devices"] == "0"
+    assert hard["l40s-mps.mps.gpupolicy.dev.deviceclass.resource.k8s.io/devices"] == "0"

@@ -313,3 +313,27 @@ def test_a_kai_fractional_gpu_annotation_is_sent_from_a_pod_or_a_template(kind: 
     assert sent(obj)
     target["metadata"]["annotations"] = {"gpu-memory": "2000"}
     assert sent(obj)
+
+
+@pytest.mark.parametrize("key", ["worker_groups", "worker-groups", "namespace"])
+def test_a_spec_added_kind_is_sent_whatever_its_field_names_are_made_of(key: str) -> None:
+    # A custom resource reaches admission CEL as an unstructured map: a key with '_' is a plain identifier, one with
+    # '-' or a reserved word is read by index (compiler/targets/workload_kinds.py select); escaping either made the
+    # template unreadable, so the kind was never sent
+    from compiler.targets.admission_webhook import match_conditions
+    from policy.spec.model import WorkloadKind
+
+    kind = WorkloadKind.model_validate({"group": "example.com", "kind": "Trainer", "resource": "trainers",
+                                        "versions": ["v1"], "templates": [{"path": f"spec.{key}[*].template",
+                                                                           "podSpec": "spec"}]})
+    conditions = match_conditions((kind,))
+
+    def sent_here(limits: Obj) -> bool:
+        obj = {"apiVersion": "example.com/v1", "kind": "Trainer", "metadata": {"name": "t", "namespace": "team"},
+               "spec": {key: [{"template": {"spec": pod_spec(container(limits=limits))}}]}}
+        request = {"operation": "CREATE", "namespace": "team", "dryRun": False,
+                   "kind": {"group": "example.com", "version": "v1", "kind": "Trainer"}}
+        return all(cel_k8s.evaluate(e, object=obj, old_object=None, request=request) for _, e in conditions)
+
+    assert sent_here({"nvidia.com/gpu": 1})
+    assert not sent_here({"cpu": "1"})

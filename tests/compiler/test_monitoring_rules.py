@@ -237,3 +237,17 @@ def test_the_policy_errors_alert_watches_the_tenancy_guard_where_errors_can_be_t
     # 1.30 has no error_type, and the guard fails closed: its errors count as denials, which nothing can tell apart
     older = resolve(example_policy("mixed-fleet", ('kubernetesVersion: "1.31"', 'kubernetesVersion: "1.30"')))
     assert guard not in rules.watched_policies(older)
+
+
+def test_the_policy_errors_alert_watches_the_dra_claims_policies(example_policy: Load) -> None:
+    # a CEL error or an exhausted cost budget in the claims' policies must page as the rules' do
+    claims = ("resourceclaimtemplates.gpupolicy-claims.gpupolicy.dev", "resourceclaims.gpupolicy-claims.gpupolicy.dev")
+    tree = compile_policy(example_policy("dra-mixed"))
+    compiled = {yaml.safe_load(tree[p])["metadata"]["name"] for p in tree
+                if p.startswith("dra/validatingadmissionpolicy-")}
+    assert set(claims) <= compiled
+    assert set(claims) <= set(rules.watched_policies(resolve(example_policy("dra-mixed"))))
+    monitored = "      gitOps: argocd\n  monitoring:\n    enabled: true\n"
+    watched = example_policy("dra-mixed", ("      gitOps: argocd\n", monitored))
+    expr = alerts_of(yaml.safe_load(compile_policy(watched)[RULE_FILE]))["GPUPolicyAdmissionPolicyErrors"]["expr"]
+    assert all(name.replace(".", "\\\\.") in expr for name in claims)

@@ -20,6 +20,7 @@ from compiler.targets import (
     admission_policy,
     admission_webhook,
     device_plugin,
+    dra_admission,
     feature_discovery,
     gpu_operator,
     hami,
@@ -507,12 +508,14 @@ def _replicas_disagree(ctx: Context) -> Expr | None:
 
 def watched_policies(resolved: ResolvedPolicy) -> tuple[str, ...]:
     """The compiled ValidatingAdmissionPolicies whose evaluation errors GPUPolicyAdmissionPolicyErrors reports:
-    the rules' and the tenancy guard's from 1.31 (error_type tells an error from a verdict); in 1.30, which has no
+    the rules', the DRA claims' and the tenancy guard's from 1.31 (error_type tells an error from a verdict; a DRA
+    pool needs 1.34, so its policies are always of this branch); in 1.30, which has no
     error_type, only the errors failurePolicy Ignore let through can be told (enforcement_action allow: a policy
     counts an allow only for those), so the rules' under Ignore, and never the guard, which fails closed."""
     spec = resolved.spec
     if spec.kubernetes_minor >= sig.POLICY_CHECK_ERROR_TYPE_MINOR:
-        return (*admission_policy.policy_names(resolved), *tenancy_guard.policy_names(resolved))
+        return (*admission_policy.policy_names(resolved), *dra_admission.policy_names(resolved),
+                *tenancy_guard.policy_names(resolved))
     if admission_policy.failure_policy(spec) == "Ignore":
         return admission_policy.policy_names(resolved)
     return ()  # 1.30 counts an error failurePolicy Fail turns into a denial as a denial: nothing to tell
