@@ -11,7 +11,6 @@ if TYPE_CHECKING:
     from policy.audit.scan import Audit, Result
     from policy.resolved.offers import AdmissionPolicy
 
-OUTPUTS = ("text", "json", "github", "policy-report", "openreports")
 
 
 def render(output: str, audit: Audit, policy: AdmissionPolicy, options: Options) -> str:

@@ -41,20 +41,15 @@ def read_objects(paths: list[str]) -> list[dict[str, Any]] | None:
 
 
 def _documents(path: str) -> list[Any]:
-    data = _read(path)
-    text = data.decode("utf-8-sig", errors="strict") if isinstance(data, bytes) else data
-    if text.lstrip().startswith(("{", "[")):
-        try:
-            return [json.loads(text)]
-        except json.JSONDecodeError as err:
-            if text.lstrip().startswith("{"):
-                raise _Unreadable(f"{path}:{err.lineno}:{err.colno}", f"not valid JSON: {err.msg}",
-                                  "save the output of kubectl get -o json (or -o yaml) unchanged") from None
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    from policy.spec import plain_data
+
     try:
-        return [d for d in yaml.load_all(text, Loader=loader) if d is not None]
+        return plain_data.documents(_read(path))
+    except json.JSONDecodeError as err:
+        raise _Unreadable(f"{path}:{err.lineno}:{err.colno}", f"not valid JSON: {err.msg}",
+                          "save the output of kubectl get -o json (or -o yaml) unchanged") from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else path
@@ -64,7 +59,7 @@ def _documents(path: str) -> list[Any]:
         raise _Unreadable(path, f"not valid YAML: {err}", "save it as UTF-8 text") from None
 
 
-def _read(path: str) -> bytes | str:
+def _read(path: str) -> str:
     if path == "-":
         text = sys.stdin.read(MAX_RECORDED_BYTES + 1)
         if len(text) > MAX_RECORDED_BYTES:
@@ -90,26 +85,12 @@ def _read(path: str) -> bytes | str:
 
 
 def _unwrap(data: Any, seen: set[int], path: str) -> Iterator[dict[str, Any]]:
-    """The objects of one document, List kinds unwrapped; refuses any mapping or list met twice (a YAML alias)."""
-    _refuse_shared(data, seen, path)
-    if not isinstance(data, dict):
-        return
-    items = data.get("items")
-    if isinstance(data.get("kind"), str) and data["kind"].endswith("List") and isinstance(items, list):
-        for item in items:
-            if isinstance(item, dict):
-                yield item
-        return
-    yield data
+    """The objects of one document, Lists unwrapped (policy/kube/lists.py); refuses any mapping or list met twice,
+    in this document or an earlier one (a YAML alias)."""
+    from policy.kube.lists import list_items
+    from policy.spec.plain_data import shared
 
-
-def _refuse_shared(data: Any, seen: set[int], path: str) -> None:
-    stack = [data]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, dict | list):
-            if id(value) in seen:
-                raise _Unreadable(path, "holds a YAML anchor and alias (one object used twice)",
-                                  "kubectl never writes aliases: save its output unchanged")
-            seen.add(id(value))
-            stack.extend(value.values() if isinstance(value, dict) else value)
+    if shared(data, seen):
+        raise _Unreadable(path, "holds a YAML anchor and alias (one object used twice)",
+                          "kubectl never writes aliases: save its output unchanged")
+    yield from list_items((data,))

@@ -20,6 +20,7 @@ from cluster.resources import (
     pod_from,
     replicaset_from,
 )
+from policy.kube.lists import list_items
 
 _PARSERS: Mapping[str, Callable[[Json], Any]] = {
     "Node": node_from, "DaemonSet": daemonset_from, "Pod": pod_from, "Event": event_from,
@@ -43,7 +44,7 @@ def snapshot_from(documents: Iterable[Any], *, source: str) -> tuple[Snapshot, d
     found: dict[str, list[Any]] = {field: [] for field in _FIELDS.values()}
     skipped: dict[str, int] = {}
     latest = _EPOCH
-    for obj in _objects(documents):
+    for obj in list_items(documents):
         kind = obj.get("kind")
         parser = _PARSERS.get(kind) if isinstance(kind, str) else None
         if parser is None:
@@ -61,20 +62,6 @@ def snapshot_from(documents: Iterable[Any], *, source: str) -> tuple[Snapshot, d
                         pods, tuple(found["events"]), tuple(found["replicasets"]), tuple(found["deployments"]),
                         tuple(found["configmaps"]))
     return snapshot, skipped
-
-
-def _objects(documents: Iterable[Any]) -> Iterator[dict[str, Any]]:
-    for document in documents:
-        if not isinstance(document, dict):
-            continue
-        kind, items = document.get("kind"), document.get("items")
-        if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list):
-            item_kind = kind.removesuffix("List") or None
-            for item in items:
-                if isinstance(item, dict):
-                    yield item if "kind" in item or item_kind is None else {**item, "kind": item_kind}
-        else:
-            yield document
 
 
 def _times(obj: Any, depth: int = 0) -> Iterator[datetime]:

@@ -78,20 +78,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _read_nodes(path: str) -> dict[str, dict[str, str]] | str:
-    """Node name -> labels from a Node list (kubectl get nodes -o yaml) or Node documents; an error message for a
-    file that cannot be read or holds no Node."""
-    import yaml
+    """Node name -> labels from a Node list (kubectl get nodes -o yaml or -o json) or Node documents, read as
+    `cluster audit` reads its dumps (cli/recorded.py); an error message for a file that holds no Node (one that
+    cannot be read has its reason printed first)."""
+    from cli.recorded import read_objects
 
-    try:
-        with open(path, encoding="utf-8") as handle:
-            documents = list(yaml.safe_load_all(handle))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        return f"--nodes {path}: cannot read it as YAML ({err}); give the output of `kubectl get nodes -o yaml`"
-    items = [item for doc in documents if isinstance(doc, dict)
-             for item in (doc.get("items") if isinstance(doc.get("items"), list) else [doc])]
+    objects = read_objects([path])
+    if objects is None:
+        return f"--nodes {path}: cannot be read (see above); give the output of `kubectl get nodes -o yaml`"
     nodes = {}
-    for item in items:
-        metadata = item.get("metadata") if isinstance(item, dict) and item.get("kind") == "Node" else None
+    for item in objects:
+        metadata = item.get("metadata") if item.get("kind") == "Node" else None
         if isinstance(metadata, dict) and isinstance(metadata.get("name"), str):
             labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
             nodes[metadata["name"]] = {str(k): str(v) for k, v in labels.items()}

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 # A spec whose only errors are overlapping selectors can still be verified: the cluster then shows which nodes
 # really are selected twice, which is more useful than refusing.
 _VERIFIABLE_DESPITE = frozenset({"overlapping-node-classes"})
+#: `cluster audit --output`: cli/audit_output.py renders each (defined here so `--help` imports nothing of it)
+AUDIT_OUTPUTS = ("text", "json", "github", "policy-report", "openreports")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,9 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     "ownerReference resolves (uid, kind and name) to an object read with the same verdict. Exit 1 "
                     "when a workload breaks an enforced rule.")
     audit.add_argument("-p", "--policy", required=True, metavar="SPEC", help="the cluster spec to judge by")
-    from cli.audit_output import OUTPUTS
 
-    audit.add_argument("--output", "-O", choices=OUTPUTS, default="text",
+    audit.add_argument("--output", "-O", choices=AUDIT_OUTPUTS, default="text",
                        help="text, json, github annotations, or report objects: wgpolicyk8s.io/v1alpha2 PolicyReport "
                             "per namespace and a ClusterPolicyReport (policy-report), openreports.io/v1alpha1 Report "
                             "and ClusterReport (openreports) (default: text)")

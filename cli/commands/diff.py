@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -111,6 +110,8 @@ def _resolved(name: str, text: str | None) -> ResolvedPolicy | None:
 def _committed(ref: str, path: str) -> str | None:
     """The file's text as committed at ``ref`` (git show REF:PATH from the file's repository), or None after
     saying why not."""
+    import subprocess  # here: only --base-ref runs git, and importing it costs every `diff --help` ~9 ms
+
     where = Path(path).resolve()
     try:
         top = subprocess.run(["git", "-C", str(where.parent), "rev-parse", "--show-toplevel"], capture_output=True,

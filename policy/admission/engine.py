@@ -202,16 +202,18 @@ class Engine:
         """
         if not isinstance(operation, str) or operation not in EVALUATED_OPERATIONS:
             return ALLOWED
-        if claims.is_claim(obj) or (self._claims.classes and isinstance(obj, Mapping)):
-            denied = self._claim_decision(obj, tenants, operation, old_obj)
-            if denied is not None:
-                return denied
+        if claims.is_claim(obj):
+            return self._claim_decision(obj, tenants, operation, old_obj)
         workload = find_workload(obj)
         if workload is None:
             found = self.kinds.templates(obj)
             if found is None:
                 return _unchecked(obj)
             return self._evaluate_templates(obj, found, tenants, operation, old_obj, expired)
+        if self._claims.classes and workload.pod_spec.get("resourceClaims"):
+            denied = self._pod_claims(workload, tenants, operation, old_obj)
+            if denied is not None:
+                return denied
         request = None
         if operation == "UPDATE":
             request = read_gpu_request(workload)
@@ -235,21 +237,24 @@ class Engine:
         return Decision(allowed, diagnostics, workload.subject)
 
     def _claim_decision(self, obj: Mapping[str, Any], tenants: Sequence[str], operation: str,
-                        old_obj: Mapping[str, Any] | None) -> Decision | None:
-        """DRA claims and templates, and the templates a pod names (policy/admission/claims.py): their decision,
-        or None to judge the object as a workload. Claim rules are always enforced, like gpu-request-invalid."""
-        who = self.access(tenants).who
-        if claims.is_claim(obj):
-            found = claims.claim_findings(self._claims, obj, _tenant_names(tenants), who, operation, old_obj)
-            return Decision(not found, found, f"{obj.get('kind')} {object_name(obj.get('metadata'))}")
-        workload = find_workload(obj)
-        if workload is not None and operation == "UPDATE":
+                        old_obj: Mapping[str, Any] | None) -> Decision:
+        """A DRA claim or template (policy/admission/claims.py). Claim rules are always enforced, like
+        gpu-request-invalid."""
+        found = claims.claim_findings(self._claims, obj, _tenant_names(tenants), self.access(tenants).who, operation,
+                                      old_obj)
+        return Decision(not found, found, f"{obj.get('kind')} {object_name(obj.get('metadata'))}")
+
+    def _pod_claims(self, workload: Workload, tenants: Sequence[str], operation: str,
+                    old_obj: Mapping[str, Any] | None) -> Decision | None:
+        """The denial of a workload naming templates whose DeviceClass its tenant may not use, or None to judge it
+        as a workload."""
+        if operation == "UPDATE":
             old = find_workload(old_obj) if isinstance(old_obj, Mapping) else None
             if old is not None and old.pod_spec.get("resourceClaims") == workload.pod_spec.get("resourceClaims"):
                 return None  # the claims it names are unchanged: never denied for them now
         found = claims.pod_findings(self._claims, workload.pod_spec, workload.spec_path, _tenant_names(tenants),
-                                    who) if workload is not None else ()
-        return Decision(False, found, workload.subject) if found and workload is not None else None
+                                    self.access(tenants).who)
+        return Decision(False, found, workload.subject) if found else None
 
     def _evaluate_templates(self, obj: Mapping[str, Any], found: tuple[templates.Template, ...], tenants: Sequence[str],
                             operation: str, old_obj: Mapping[str, Any] | None, expired: budget.Expired) -> Decision:
@@ -259,6 +264,7 @@ class Engine:
         old = {t.path: t.pod for t in self.kinds.templates(old_obj) or ()} if operation == "UPDATE" else {}
         allowed, judged = True, []
         for template in found:
+            budget.check(expired, "judging pod templates")  # a memo hit skips the checks inside evaluate
             if not template.requests_gpu():
                 continue
             decision = self.evaluate(template.pod, tenants=tenants, operation=operation, old_obj=old.get(template.path),

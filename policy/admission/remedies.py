@@ -223,10 +223,7 @@ def _proposals(state: Assessment) -> list[Fix]:
 
 
 def _combined(proposals: Sequence[Fix]) -> Fix:
-    combined = proposals[0]
-    for fix in proposals[1:]:
-        combined = combined.then(fix)
-    return combined
+    return proposals[0] if len(proposals) == 1 else Fix.join(proposals)
 
 
 def _no_change(start: Assessment, context: Context, blocked: tuple[Fix, Assessment] | None) -> str:

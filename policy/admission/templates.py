@@ -19,6 +19,7 @@ from policy.admission import fractions
 from policy.admission.fixes import Fix, Pin
 from policy.admission.workloads import api_group, find_workload, object_name, read_gpu_request
 from policy.kube.fields import Path, descend, is_mapping
+from policy.spec import plain_data
 from policy.spec.diagnostics import Diagnostic, format_path
 from policy.spec.model import PodTemplateRef, WorkloadKind
 
@@ -151,16 +152,10 @@ def joined(found: Sequence[tuple[Template, tuple[Diagnostic, ...]]]) -> tuple[Di
     if len(denied) < 2:
         return tuple(d for diagnostics in denied for d in diagnostics)
     fixes = [next((d.fix for d in diagnostics if d.fix is not None), None) for diagnostics in denied]
-    whole: Fix | None = None
-    if None not in fixes:
-        for fix in fixes:
-            whole = fix if whole is None else whole.then(fix)  # type: ignore[union-attr]
-    out = []
-    for diagnostics in denied:
-        for d in diagnostics:
-            out.append(replace(d, fix=whole, hint=whole.describe()) if whole is not None and d.fix is not None
-                       else replace(d, fix=None))
-    return tuple(out)
+    whole = Fix.join(fixes) if None not in fixes else None  # type: ignore[arg-type]
+    hint = whole.describe() if whole is not None else ""
+    return tuple(replace(d, fix=whole, hint=hint) if whole is not None and d.fix is not None else replace(d, fix=None)
+                 for diagnostics in denied for d in diagnostics)
 
 
 class KindTable:
@@ -222,8 +217,9 @@ class _RefSteps:
 
 def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, steps: _RefSteps,
               metadata: Mapping[str, Any]) -> Template:
-    spec = next((v for v, _ in walk(value, steps.pod_spec) if is_mapping(v)), {})
-    spec_path = (*path, *(s for s in steps.pod_spec if isinstance(s, str)))
+    # the spec and its path from one match, so a wildcard in the pod spec's place is filled in where it matched
+    spec, spec_path = next(((v, where) for v, where in walk(value, steps.pod_spec, path) if is_mapping(v)),
+                           ({}, (*path, *(s for s in steps.pod_spec if isinstance(s, str)))))
     lists = {section: list(items) if isinstance(items := spec.get(section), list) else []
              for section in ("containers", "initContainers")}
     moved: dict[tuple[str, int], Path] = {}
@@ -232,12 +228,11 @@ def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, step
         for item, where in walk(value, ref_steps, path):
             if is_mapping(item):
                 moved[(section, len(lists[section]))] = where
-                lists[section].append({"name": item.get("name") if isinstance(item.get("name"), str) else name,
-                                       "resources": item.get(resources)})
+                lists[section].append(_container(item, name, resources))
     extra: dict[str, Any] = {}
     before = set(moved.items())
     if steps.patch is not None:
-        extra = _apply_patch(value, path, steps.patch, lists, moved)
+        extra = _apply_patch(value, spec, path, steps.patch, lists, moved)
     opaque = frozenset(k for k, v in moved.items() if (k, v) not in before)
     keys: dict[tuple[str, str], Path] = {}
     keyed = None
@@ -263,19 +258,32 @@ def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, step
                     moved, keys, keyed, metadata_path if template_metadata is not None else None, changed, opaque)
 
 
-def _apply_patch(value: Mapping[str, Any], path: Path, patch_steps: tuple[Step, ...],
+def _container(item: Mapping[str, Any], name: str, resources: str) -> dict[str, Any]:
+    """A container written outside the pod spec's lists, as a container: every field it has (securityContext,
+    restartPolicy: rules read them too), its resources from the kind's own key, a name where it has none."""
+    container = {k: v for k, v in item.items() if k != resources}
+    container["name"] = item.get("name") if isinstance(item.get("name"), str) else name
+    container["resources"] = item.get(resources)
+    return container
+
+
+def _apply_patch(value: Mapping[str, Any], spec: Mapping[str, Any], path: Path, patch_steps: tuple[Step, ...],
                  lists: dict[str, list[Any]], moved: dict[tuple[str, int], Path]) -> dict[str, Any]:
     """Merge a podSpecPatch string into the template's containers (by name, resources table by table) and return
-    the placement fields it sets (nodeSelector merged by key, tolerations appended, affinity and nodeName
-    replaced), as Argo applies it with a strategic merge patch (workflow/controller/workflowpod.go)."""
+    the placement fields it sets (nodeSelector merged by key with the pod spec's, tolerations appended to its,
+    affinity and nodeName replaced), as Argo applies it with a strategic merge patch
+    (workflow/controller/workflowpod.go)."""
     found = next(walk(value, patch_steps, path), None)
     if found is None or not isinstance(found[0], str) or len(found[0]) > MAX_PATCH_CHARS:
         return {}
     text, where = found
     try:
-        patch = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return {}  # Argo refuses the workflow's pods; the patch asks for nothing the rules can read
+        parsed = plain_data.documents(text)
+        patch = plain_data.unshared(parsed[0], MAX_PATCH_CHARS) if len(parsed) == 1 else None
+    except (ValueError, yaml.YAMLError):  # JSONDecodeError and TooLarge are ValueErrors
+        # Argo refuses the workflow's pods (its YAML parser refuses invalid text and excessive aliasing alike):
+        # the patch asks for nothing the rules can read
+        return {}
     if not is_mapping(patch):
         return {}
     for section in ("containers", "initContainers"):
@@ -294,7 +302,6 @@ def _apply_patch(value: Mapping[str, Any], path: Path, patch_steps: tuple[Step, 
                                                                        item.get("resources"))}
             moved[(section, index)] = where
     extra: dict[str, Any] = {}
-    spec = value
     if is_mapping(patch.get("nodeSelector")):
         base = spec.get("nodeSelector")
         extra["nodeSelector"] = {**(base if is_mapping(base) else {}), **patch["nodeSelector"]}

@@ -127,18 +127,19 @@ def compare(base: ResolvedPolicy, head: ResolvedPolicy, base_tree: Mapping[str, 
 
 def with_workloads(impact: Impact, base: ResolvedPolicy, head: ResolvedPolicy, base_audit: Audit, head_audit: Audit,
                    objects: Sequence[Mapping[str, Any]]) -> Impact:
-    """``impact`` with the running workloads' verdicts compared (new violations: failing or warned under HEAD and
-    not, or not for the same rules, under BASE; resolved: the reverse), the pods each re-partition must drain (those
-    BASE's class may hold now), and the classes whose running pods ask for more than HEAD offers."""
-    old = {r.key: _rules(r) for r in base_audit.violations}
-    new = {r.key: _rules(r) for r in head_audit.violations}
+    """``impact`` with the running workloads' verdicts compared (new violations: a worse outcome under HEAD than
+    under BASE, warn to fail included, or a rule BASE did not find; resolved: violations HEAD no longer finds), the
+    pods each re-partition must drain (those BASE's class may hold now), and the classes whose running pods ask for
+    more than HEAD offers."""
+    old = {r.key: r for r in base_audit.violations}
+    new = {r.key for r in head_audit.violations}
     pods = [_RunningPod.of(obj) for obj in objects]
     running = [p for p in pods if p is not None]
     now = base.by_name()
     drained = tuple(_with_drain(d, running, now.get(d.node_class)) for d in impact.disruptions)
     return Impact(
         impact.classes, impact.tenants, impact.tree, drained,
-        new_violations=tuple(r for r in head_audit.violations if old.get(r.key) != _rules(r)),
+        new_violations=tuple(r for r in head_audit.violations if _worse(r, old.get(r.key))),
         resolved_violations=tuple(r for r in base_audit.violations if r.key not in new),
         overcommits=_overcommits(impact.classes, running, head), workloads=len(head_audit.results))
 
@@ -392,6 +393,17 @@ def _overcommits(classes: Sequence[ClassChange], pods: Sequence[_RunningPod],
             if cap.slots is not None and asked > cap.slots:
                 out.append(Overcommit(change.name, cap.resource, asked, (old.get(cap.resource), cap.slots)))
     return tuple(out)
+
+
+_SEVERITY = {"pass": 0, "skip": 0, "warn": 1, "fail": 2}
+
+
+def _worse(r: Result, other: Result | None) -> bool:
+    """Whether ``r`` is a violation ``other`` (the same workload under the other spec; None: no violation there)
+    is not: a worse outcome, or a rule ``other`` did not find. Losing one of two rules is no new violation."""
+    if other is None:
+        return True
+    return _SEVERITY[r.outcome] > _SEVERITY[other.outcome] or not set(_rules(r)) <= set(_rules(other))
 
 
 def _rules(r: Result) -> tuple[str, ...]:

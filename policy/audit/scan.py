@@ -8,6 +8,7 @@ and that owner got the same verdict. An ownerReference is written by whoever cre
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -21,8 +22,6 @@ Outcome = Literal["pass", "fail", "warn", "skip"]
 #: once (each ReplicaSet's pods carry their own pod-template-hash), and a command may hold more (at most 64 MiB of
 #: keys, by the engine's 16 KiB key bound).
 MEMO_SIZE = 4096
-#: How deep an owner chain is followed (Pod -> ReplicaSet -> Deployment is 2; a CRD may add a level or two).
-MAX_OWNER_DEPTH = 8
 
 
 @dataclass(frozen=True, order=True)
@@ -101,7 +100,7 @@ class _Judged:
     """A ReplicaSet scaled to 0 (a Deployment's old revision): it runs nothing, so it is left out when its owner
     is in the input (and judged instead)."""
 
-    @property
+    @functools.cached_property  # compared once per object it owns
     def verdict(self) -> tuple[bool, tuple[tuple[str, str], ...]]:
         """What must agree for an object to fold into its owner: allowed or not, and each finding's rule and
         severity (paths and messages differ: a Pod's spec is at spec, its Deployment's at spec.template.spec)."""
@@ -135,7 +134,8 @@ def audit(engine: Engine, objects: Iterable[Mapping[str, Any]],
 
     ``namespace_labels``: each namespace's labels (they pick its tenants); a namespace missing there has only its
     kubernetes.io/metadata.name label. Linear in the objects: each is judged once (the engine remembers the
-    verdict of a template), and each owner chain is walked once (``MAX_OWNER_DEPTH`` bounds a forged cycle)."""
+    verdict of a template), and each owner chain is walked once (a forged cycle ends where it closes), so how
+    deep chains go and in what order the objects come change nothing."""
     judged: list[_Judged] = []
     count = 0
     tenants_of: dict[str, tuple[str, ...]] = {}
@@ -144,7 +144,7 @@ def audit(engine: Engine, objects: Iterable[Mapping[str, Any]],
         one = _judge(engine, obj, namespace_labels, tenants_of)
         if one is not None:
             judged.append(one)
-    by_uid = {j.ref.uid: j for j in judged if j.ref.uid}
+    by_uid = {j.ref.uid: i for i, j in enumerate(judged) if j.ref.uid}
     roots = _roots(judged, by_uid)
     folded: dict[int, list[ObjectRef]] = {}
     for i, root in enumerate(roots):
@@ -152,7 +152,7 @@ def audit(engine: Engine, objects: Iterable[Mapping[str, Any]],
             folded.setdefault(root, []).append(judged[i].ref)
     results = [Result(j.ref, j.tenants, j.decision.allowed, j.decision.diagnostics, tuple(sorted(folded.get(i, ()))))
                for i, j in enumerate(judged)
-               if roots[i] == i and not (j.idle and not folded.get(i) and j.owner_uid in by_uid)]
+               if roots[i] == i and not (j.idle and not folded.get(i) and _owner(j, judged, by_uid) is not None)]
     return Audit(tuple(sorted(results, key=lambda r: r.ref)), count)
 
 
@@ -193,17 +193,18 @@ def _controller(refs: Any) -> tuple[str, str, str] | None:
     return None
 
 
-def _roots(judged: Sequence[_Judged], by_uid: Mapping[str, _Judged]) -> list[int]:
+def _roots(judged: Sequence[_Judged], by_uid: Mapping[str, int]) -> list[int]:
     """Per object, the index of the object it folds into (itself when it stands alone); each chain walked once."""
-    index = {id(j): i for i, j in enumerate(judged)}
     roots: list[int | None] = [None] * len(judged)
     for start in range(len(judged)):
         chain: list[int] = []
+        on_chain: set[int] = set()
         at: int | None = start
-        while at is not None and roots[at] is None and len(chain) <= MAX_OWNER_DEPTH:
+        while at is not None and roots[at] is None:
             chain.append(at)
-            at = _owner_index(judged[at], by_uid, index)
-            if at in chain:  # a cycle (only forged ownerReferences close one) ends where it closes
+            on_chain.add(at)
+            at = _owner_index(judged[at], judged, by_uid)
+            if at in on_chain:  # a cycle (only forged ownerReferences close one) ends where it closes
                 at = None
         top = roots[at] if at is not None and roots[at] is not None else chain[-1]
         for i in chain:
@@ -211,15 +212,23 @@ def _roots(judged: Sequence[_Judged], by_uid: Mapping[str, _Judged]) -> list[int
     return [r if r is not None else i for i, r in enumerate(roots)]
 
 
-def _owner_index(one: _Judged, by_uid: Mapping[str, _Judged], index: Mapping[int, int]) -> int | None:
-    """The owner it folds into: resolved by uid, the same kind, name and namespace, and the same verdict."""
-    if not one.owner_uid:
+def _owner(one: _Judged, judged: Sequence[_Judged], by_uid: Mapping[str, int]) -> int | None:
+    """The index of its controller in the input: resolved by uid, and of the kind, name and namespace its
+    ownerReference names (a forged uid alone resolves nothing)."""
+    at = by_uid.get(one.owner_uid) if one.owner_uid else None
+    if at is None:
         return None
-    owner = by_uid.get(one.owner_uid)
-    if owner is None or owner is one or (owner.ref.kind, owner.ref.name, owner.ref.namespace) != (
+    owner = judged[at]
+    if owner is one or (owner.ref.kind, owner.ref.name, owner.ref.namespace) != (
             one.owner_kind, one.owner_name, one.ref.namespace):
         return None
-    return index[id(owner)] if owner.verdict == one.verdict else None
+    return at
+
+
+def _owner_index(one: _Judged, judged: Sequence[_Judged], by_uid: Mapping[str, int]) -> int | None:
+    """The owner it folds into: its controller in the input (``_owner``) with the same verdict."""
+    at = _owner(one, judged, by_uid)
+    return at if at is not None and judged[at].verdict == one.verdict else None
 
 
 def _text(value: Any) -> str:

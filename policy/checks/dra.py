@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from policy.checks.common import class_path
 from policy.hardware import dra
 from policy.resolved import dra as pool
-from policy.resolved.resolve import ResolvedPolicy
+from policy.resolved.resolve import ResolvedPolicy, kubernetes_gate_on
 from policy.spec.diagnostics import Diagnostic
 
 _DRA = ("spec", "dra")
@@ -60,9 +60,9 @@ def check_dra_gates(resolved: ResolvedPolicy) -> Iterator[Diagnostic]:
                              f"set spec.dra.version: {dra.first_release_with(need.gate)} (or newer), or choose "
                              "another sharing mode for the class")
     for gate, need in pool.kubernetes_gates(resolved):
-        facts = dra.KUBERNETES_GATES[gate]
-        if spec.kubernetes_minor >= facts.default_on or gate in spec.dra.kubernetes_feature_gates:
+        if kubernetes_gate_on(spec, gate):
             continue
+        facts = dra.KUBERNETES_GATES[gate]
         yield Diagnostic("dra-kubernetes-gate-off", f"{need.reason}; the driver's {need.gate} needs the Kubernetes "
                          f"feature gate {gate} ({facts.feature}), alpha and off in Kubernetes "
                          f"{spec.kubernetes_version}, on by default from 1.{facts.default_on}", need.path,

@@ -88,7 +88,8 @@ class TenantDra:
 
 def opaque_parameters(mode: str, shares: int, memory_mib: int) -> dict[str, Any] | None:
     """The driver's opaque config of a DeviceClass (``spec.config[].opaque.parameters``): the one place it is
-    made, so the tree, admission and the consumers' harness that decodes it with the driver's own code agree.
+    made, so the tree and admission agree (and a harness decoding it with the driver's own code, once the Go module
+    proxy serves a release of the driver, has one function to call: tests/consumers/harnesses.py says why not yet).
 
     - mps: GpuConfig with strategy MPS; each client gets 100/N percent of the SMs and total/N of the memory
       (sharing.go MpsConfig.DefaultActiveThreadPercentage, DefaultPinnedDeviceMemoryLimit).

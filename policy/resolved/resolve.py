@@ -300,11 +300,16 @@ def resolve(policy: ClusterGPUPolicy) -> ResolvedPolicy:
     return ResolvedPolicy(policy, classes, release, default)
 
 
+def kubernetes_gate_on(spec: Spec, gate: str) -> bool:
+    """Whether a Kubernetes feature gate of policy/hardware/dra.py is on: by default from its release, or listed in
+    spec.dra.kubernetesFeatureGates (the cluster turns it on)."""
+    return spec.kubernetes_minor >= dra.KUBERNETES_GATES[gate].default_on or gate in spec.dra.kubernetes_feature_gates
+
+
 def bridge_available(spec: Spec) -> bool:
     """DeviceClass.spec.extendedResourceName works: DRAExtendedResource is on (alpha 1.34, on by default 1.36;
     k8s.io/api resource/v1/types.go v0.34.10 L1692 ``+featureGate=DRAExtendedResource``)."""
-    return spec.kubernetes_minor >= dra.KUBERNETES_GATES["DRAExtendedResource"].default_on or (
-        "DRAExtendedResource" in spec.dra.kubernetes_feature_gates)
+    return kubernetes_gate_on(spec, "DRAExtendedResource")
 
 
 def _bridge_candidate(offer: Offer) -> str | None:

@@ -146,3 +146,18 @@ def test_a_finished_pod_is_no_running_workload() -> None:
     after = run(head_text(), objects)
     assert "mps-stowaway" not in {r.ref.name for r in after.results}
     assert "mps-borrower" in {r.ref.name for r in after.results}
+
+
+@pytest.mark.parametrize("order", ["owners last", "owners first"])
+def test_a_long_owner_chain_folds_into_its_top_whatever_the_order_of_the_objects(order: str) -> None:
+    # 20 controllers deep (no real controller goes so deep, but ownerReferences are written by anyone): the chain
+    # folds into its top however deep it is and in whatever order the dump lists it
+    def pod(i: int) -> dict[str, Any]:
+        owner = [{"apiVersion": "v1", "kind": "Pod", "name": f"p{i + 1}", "uid": f"u{i + 1}", "controller": True}]
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": f"p{i}", "namespace": "default", "uid": f"u{i}",
+                             **({"ownerReferences": owner} if i < 19 else {})},
+                "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    objects = [pod(i) for i in range(20)]
+    result = run(base_text(), objects if order == "owners last" else objects[::-1])
+    assert [(r.ref.name, len(r.folded)) for r in result.results] == [("p19", 19)]

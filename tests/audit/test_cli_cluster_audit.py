@@ -91,3 +91,21 @@ def test_yaml_aliases_and_syntax_errors_are_refused_with_their_place(tmp_path: P
     broken.write_text("items:\n  - {kind: Pod\n", encoding="utf-8")
     assert main(["cluster", "audit", "-p", str(MIXED), "-f", str(broken)]) == 2
     assert "broken.yaml:3:1: error: not valid YAML" in capsys.readouterr().err
+
+
+def test_a_typed_list_whose_items_omit_their_kind_is_audited_like_a_list(
+        head: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # kubectl get --raw /api/v1/pods writes a PodList whose items carry no kind: each is still a Pod
+    pods = [o for o in yaml.safe_load(Path(DUMP).read_text(encoding="utf-8"))["items"]
+            if o.get("kind") == "Pod" and o["metadata"]["name"] in ("mps-borrower", "mps-stowaway")]
+    typed = tmp_path / "pods.json"
+    typed.write_text(json.dumps({"apiVersion": "v1", "kind": "PodList",
+                                 "items": [{k: v for k, v in p.items() if k != "kind"} for p in pods]}))
+    assert len(pods) == 2
+    namespaces = tmp_path / "namespaces.json"  # their labels choose the tenant
+    namespaces.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        o for o in yaml.safe_load(Path(DUMP).read_text(encoding="utf-8"))["items"] if o.get("kind") == "Namespace"]}))
+    assert main(["cluster", "audit", "-p", head, "-f", str(namespaces), "-f", str(typed), "-O", "json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert sorted((r["kind"], r["name"]) for r in document["results"]) == [("Pod", "mps-borrower"),
+                                                                            ("Pod", "mps-stowaway")]

@@ -111,6 +111,22 @@ def test_removing_research_mps_lists_exactly_its_workloads_as_new_violations(
     assert code == 0 and len(back["workloads"]["resolvedViolations"]) == 4 and not back["workloads"]["newViolations"]
 
 
+def test_a_rule_going_from_warn_to_enforce_makes_its_warned_workloads_new_violations(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the same rule fires under both specs, but HEAD denies what BASE only warned of: those workloads would be
+    # refused when re-created, so they are new violations; the reverse is no new violation (warned is better)
+    no_mps = ("allow: [exclusive, mps, time-slicing]", "allow: [exclusive, time-slicing]")
+    text = (EXAMPLES / "mixed-fleet" / "cluster.yaml").read_text(encoding="utf-8").replace(*no_mps)
+    warned, enforced = tmp_path / "warned.yaml", tmp_path / "enforced.yaml"
+    warned.write_text(text.replace("tenant-sharing-mode-denied: enforce", "tenant-sharing-mode-denied: warn"))
+    enforced.write_text(text)
+    dump = str(build_audit_dumps.DUMPS / "mixed-fleet.yaml")
+    code, document = diff_json(capsys, str(warned), str(enforced), "--workloads", dump)
+    assert code == 1 and len(document["workloads"]["newViolations"]) == 4
+    code, back = diff_json(capsys, str(enforced), str(warned), "--workloads", dump)
+    assert not back["workloads"]["newViolations"]
+
+
 def test_running_pods_beyond_the_new_slots_no_longer_fit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     dump = str(build_audit_dumps.DUMPS / "mixed-fleet.yaml")
     base = str(EXAMPLES / "mixed-fleet" / "cluster.yaml")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -94,3 +95,18 @@ def test_a_namespace_two_tenants_name_gets_the_templates_and_quota_of_what_both_
     assert hard["h100-train.exclusive.gpupolicy.dev.deviceclass.resource.k8s.io/devices"] == "16"
     assert hard["a100-mig.1g.10gb.gpupolicy.dev.deviceclass.resource.k8s.io/devices"] == "0"
     assert hard["l40s-mps.mps.gpupolicy.dev.deviceclass.resource.k8s.io/devices"] == "0"
+
+
+def test_the_report_gives_each_deviceclass_and_tenant_the_slots_the_spec_makes(example_policy: Load) -> None:
+    # worked out from examples/clusters/dra-mixed/cluster.yaml by hand: a100-mig is 2 nodes x 4 A100 80GB x 7
+    # 1g.10gb devices; h100-train 2 nodes x 8 whole GPUs; l40s-mps 2 nodes x 2 L40S x 4 MPS clients
+    tree = compile_policy(example_policy("dra-mixed"))
+    report = json.loads(tree["report.json"])["dra"]
+    totals = {c["nodeClass"]: (c["devicesPerNode"], c["sharesPerDevice"], c["totalSlots"])
+              for c in report["deviceClasses"]}
+    assert totals == {"a100-mig": (28, 1, 56), "h100-train": (8, 1, 16), "l40s-mps": (2, 4, 16)}
+    slots = {t["name"]: t["slots"] for t in report["tenants"]}
+    assert slots == {"prod": 56 + 16, "research": 16 + 16, "dev": 0, "(no tenant)": 0}
+    text = tree["REPORT.md"].decode() if isinstance(tree["REPORT.md"], bytes) else tree["REPORT.md"]
+    assert "| `l40s-mps.mps.gpupolicy.dev` | l40s-mps | mps | 2 | 4 | 16 | none |" in text
+    assert "| prod | `a100-mig.1g.10gb.gpupolicy.dev`, `h100-train.exclusive.gpupolicy.dev` | 72 | inference |" in text

@@ -176,3 +176,49 @@ def test_a_malformed_path_in_the_spec_file_is_an_error_at_its_line_and_column() 
     line = next(i for i, row in enumerate(text.splitlines(), 1) if "spec..pods" in row)
     assert found.span is not None and (found.span.file, found.span.line) == ("cluster.yaml", line)
     assert found.path[-3:] == ("templates", 0, "path")
+
+
+def _argo_with_patch(patch: str) -> dict[str, Any]:
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "w"},
+            "spec": {"templates": [{"name": "t", "container": {"name": "main", "image": "x"}, "podSpecPatch": patch}]}}
+
+
+def test_a_pod_spec_patch_with_yaml_aliases_is_read_as_meant_and_an_alias_bomb_costs_a_bounded_walk() -> None:
+    # a few aliases mean what their anchors say (the GPU limit is read through one)
+    small = ("limits: &gpu {nvidia.com/gpu: 2}\n"
+             "containers: [{name: main, resources: {limits: *gpu}}]\n")
+    found = judge(_argo_with_patch(small)).diagnostics
+    assert any(d.code == "shared-gpu-request-above-one" for d in found), found
+    # a billion-laughs patch expands past any pod spec: read as nothing, as Argo's parser refuses it too, after a
+    # walk bounded by the patch's own size budget instead of the expansion's
+    levels = zip("abcdefgh", "bcdefghi", strict=True)
+    bomb = "a: &a [x, x, x, x, x, x, x, x]\n" + "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 8)}]\n" for p, c in levels)
+    bomb += "containers: [{name: main, resources: {limits: {nvidia.com/gpu: 1}}, env: *i}]\n"
+    templates = engine().kinds.templates(_argo_with_patch(bomb)) or ()
+    assert [t.pod["spec"].get("containers") for t in templates] == [[{"name": "main", "image": "x", "resources": None}]]
+
+
+def test_a_pod_spec_behind_a_wildcard_and_a_patch_merged_with_it_keep_their_own_paths_and_placement() -> None:
+    kind = WorkloadKind(group="example.com", kind="Trainer", resource="trainers", versions=("v1",),
+                        templates=(PodTemplateRef(path="spec.stages[*]", pod_spec="variants.*",
+                                                  pod_spec_patch="patch"),))
+    obj = {"apiVersion": "example.com/v1", "kind": "Trainer", "metadata": {"name": "t"},
+           "spec": {"stages": [{"patch": '{"nodeSelector": {"zone": "a"}}', "variants": {"big": {
+               "nodeSelector": {"node-pool": "t4-dev"},
+               "containers": [{"name": "a", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}}]}}
+    [template] = KindTable((kind,)).templates(obj) or ()
+    assert template.spec_path == ("spec", "stages", 0, "variants", "big")
+    assert template.pod["spec"]["nodeSelector"] == {"node-pool": "t4-dev", "zone": "a"}  # merged with the pod spec's
+
+
+def test_a_container_written_outside_the_lists_keeps_the_fields_the_rules_read() -> None:
+    kind = WorkloadKind(group="example.com", kind="Runner", resource="runners", versions=("v1",),
+                        templates=(PodTemplateRef(path="spec",
+                                                  containers=({"path": "main", "resources": "compute"},)),))
+    obj = {"apiVersion": "example.com/v1", "kind": "Runner", "metadata": {"name": "r"},
+           "spec": {"main": {"name": "m", "securityContext": {"privileged": True},
+                             "compute": {"limits": {"nvidia.com/gpu": 1}}}}}
+    [template] = KindTable((kind,)).templates(obj) or ()
+    [container] = template.pod["spec"]["containers"]
+    assert container == {"name": "m", "securityContext": {"privileged": True},
+                         "resources": {"limits": {"nvidia.com/gpu": 1}}}
