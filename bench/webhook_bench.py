@@ -1,7 +1,7 @@
 """Webhook benchmark: the real server against two no-op floors on the same stack, over TLS with keep-alive.
 
     apt-get install -y wrk                                # saturation load (Debian 12 has no wrk2)
-    .venv/bin/python bench/webhook_bench.py               # full run: about 3 minutes
+    .venv/bin/python bench/webhook_bench.py               # full run: about 8 minutes (3 rounds per point)
     .venv/bin/python bench/webhook_bench.py --quick       # a few seconds (the smoke test)
     .venv/bin/python bench/webhook_bench.py --server hypercorn   # another server in front of all three
 
@@ -23,6 +23,10 @@ Reported per run: achieved req/s, p50/p99/p99.9 latency, server CPU per request 
 robust when the machine is noisy), how the connections spread over the workers, the ratios to both
 floors, and a Targets table against the Flask floor (saturation, CPU per request, p99 and p99.9 at 500 req/s,
 with conns/worker) beside the load average at the start and the end: what docs/performance.md's table needs.
+Rounds (--rounds, default 3): every point is run that many times, the three servers interleaved round by
+round, and each figure reported is the median of its rounds: a single 10 s p99 on two shared cores moves by 2-3x
+from one round to the next (a scheduler hiccup of the load generator lands in whichever server it is timing), the
+median of three does not. The JSON keeps every round.
 Everything is bounded (--seconds per point) and the servers are stopped at the end, also on Ctrl-C.
 """
 
@@ -39,6 +43,7 @@ import shutil
 import signal
 import socket
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -269,6 +274,33 @@ def saturation(server: Server, seconds: float, *, connections: int, bodies: Path
     return point
 
 
+def median_point(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """One point from its rounds: every figure the median of the rounds', the spread that of the median p99's
+    round (a spread is a fact of one round, not a number to average)."""
+    middle = sorted(rounds, key=lambda p: p["p99_ms"])[len(rounds) // 2]
+    point = dict(middle)
+    for key, value in middle.items():
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            figures = [p[key] for p in rounds if p.get(key) is not None]
+            point[key] = statistics.median(figures) if figures else value
+    point["rounds"] = [{k: v for k, v in p.items() if k != "rounds"} for p in rounds]
+    return point
+
+
+def run_rounds(started: list[Server], rounds: int, measure: Any) -> None:
+    """Run `measure(server)` `rounds` times per server, interleaved, and keep one median point per server."""
+    taken: dict[str, list[dict[str, Any]]] = {s.name: [] for s in started}
+    for _ in range(rounds):
+        for server in started:
+            point = measure(server)
+            if point is not None:
+                server.points.pop()
+                taken[server.name].append(point)
+    for server in started:
+        if taken[server.name]:
+            server.points.append(median_point(taken[server.name]))
+
+
 # --- report -----------------------------------------------------------------------------------------------
 
 
@@ -289,7 +321,8 @@ def render(started: list[Server], meta: dict[str, Any]) -> str:
              f"- bodies: {_bodies(meta['templates'])}",
              f"- load average: {meta['load']:.2f} at start, {meta.get('load_end', meta['load']):.2f} at the end",
              f"- load: keep-alive, wrk -c{meta['connections']}, pacer pool up to {meta['connections']} connections;"
-             f" {meta['seconds']:g} s per point", "",
+             f" {meta['seconds']:g} s per point, {meta.get('rounds', 1)} round(s) per point interleaved, each figure"
+             " the median of its rounds", "",
              "| load | server | req/s | p50 ms | p99 ms | p99.9 ms | CPU µs/req | conns/worker | errors |",
              "|---|---|---:|---:|---:|---:|---:|---|---:|"]
     for points in zip(*(s.points for s in started), strict=True):
@@ -385,11 +418,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-wrk", action="store_true", help="skip the saturation runs")
     parser.add_argument("--no-floors", action="store_true", help="the real server only (comparing servers)")
     reviews.add_templates_option(parser)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds per point, interleaved; figures are the rounds' medians (default 3)")
     parser.add_argument("--json", type=Path, help="also write every point as JSON here")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind, so the servers are stopped too
     if args.quick:
-        args.seconds, args.rates, args.connections = 1.0, "100", 4
+        args.seconds, args.rates, args.connections, args.rounds = 1.0, "100", 4, 1
     rates = [float(r) for r in args.rates.split(",") if r]
     use_wrk = not args.no_wrk and shutil.which("wrk") is not None
     if not use_wrk and not args.no_wrk:
@@ -400,19 +435,18 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(), "load": os.getloadavg()[0],
             "policy": args.policy, "templates": args.templates,
             "server": args.server, "model": f"{args.workers or shipped.workers} workers",
-            "connections": args.connections, "seconds": args.seconds}
+            "connections": args.connections, "seconds": args.seconds, "rounds": max(1, args.rounds)}
     with tempfile.TemporaryDirectory(prefix="gpupolicy-bench-") as tmp:
         work = Path(tmp)
         bodies = write_bodies(work / "bodies", args.templates)
         with servers(work, args) as started:
             ca = work / "certs" / "ca.crt"
             for rate in rates:
-                for server in started:
-                    fixed_rate(server, rate, args.seconds, connections=args.connections, ca=ca,
-                               templates=args.templates)
+                run_rounds(started, meta["rounds"], lambda server, rate=rate: fixed_rate(
+                    server, rate, args.seconds, connections=args.connections, ca=ca, templates=args.templates))
             if use_wrk:
-                for server in started:
-                    saturation(server, args.seconds, connections=args.connections, bodies=bodies)
+                run_rounds(started, meta["rounds"], lambda server: saturation(
+                    server, args.seconds, connections=args.connections, bodies=bodies))
         meta["load_end"] = os.getloadavg()[0]
         sys.stdout.write(render(started, meta))
         if args.json:
