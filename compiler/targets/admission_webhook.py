@@ -135,7 +135,7 @@ def match_conditions(kinds: Sequence[WorkloadKind]) -> tuple[tuple[str, str], ..
         # object or oldObject, so an UPDATE that removes the GPUs still reaches the webhook; oldObject is null
         # on CREATE.
         (
-            "requests-nvidia-resources",
+            dra.ASKS_CONDITION,
             "[object, oldObject].exists(o, o != null && has(o.spec) && "
             f"([{_pod_spec('o')}].exists(s, {_REQUESTS_NVIDIA}) || {_ASKS_KAI}"
             f" || {workload_kinds.asks_for_gpu('o', kinds)}))",

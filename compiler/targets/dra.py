@@ -147,7 +147,9 @@ CLAIM_RULES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("resource.k8s.io", ("resourceclaims/status",), ("UPDATE",)),
     ("", ("pods",), ("CREATE",)),
 )
-#: Pods reach these entries only when they name claims (the other entries take those asking for nvidia.com/*).
+#: The resource entries' condition (compiler/targets/admission_webhook.py): the claims entries send no pod it sends.
+ASKS_CONDITION = "requests-nvidia-resources"
+#: Pods reach these entries only when they name claims and no resource entry takes them.
 CLAIM_CONDITIONS: tuple[tuple[str, str], ...] = (
     ("claims-or-pods-naming-claims",
      "request.resource.resource != 'pods' || (has(object.spec) && has(object.spec.resourceClaims))"),
@@ -162,6 +164,15 @@ def claim_webhooks(policy: ClusterGPUPolicy, entries: list[Obj]) -> list[Obj]:
     rules = [{"apiGroups": [group], "apiVersions": ["v1"], "operations": list(operations),
               "resources": list(resources), "scope": "Namespaced"} for group, resources, operations in CLAIM_RULES]
     conditions = [{"name": n, "expression": e} for n, e in CLAIM_CONDITIONS]
-    return [{**entry, "name": f"claims.{entry['name']}", "rules": rules, "matchConditions": conditions}
-            for entry in entries]
+    return [{**entry, "name": f"claims.{entry['name']}", "rules": rules,
+             "matchConditions": conditions + _not_sent_by(entry)} for entry in entries]
+
+
+def _not_sent_by(entry: Obj) -> list[Obj]:
+    """A pod that names claims and also asks for nvidia.com/* (or a KAI fraction) reaches ``entry`` already, and
+    the engine judges its claims there too: sent once, not once per entry. The entry's own condition, negated for
+    pods, so the two cannot drift apart."""
+    asks = next(c["expression"] for c in entry["matchConditions"] if c["name"] == ASKS_CONDITION)
+    return [{"name": "pod-not-sent-by-the-resource-entry",
+             "expression": f"request.resource.resource != 'pods' || !({asks})"}]
 
