@@ -218,10 +218,18 @@ def mig_client(component: str) -> tuple[Obj, dict[str, str]]:
         "matchExpressions": [
             {"key": f"{GPU_DEPLOY_PREFIX}{component}", "operator": "NotIn",
              "values": [PAUSED_FOR_MIG_CHANGE, "false"]},
-            {"key": MIG_CONFIG_STATE, "operator": "In", "values": [MIG_STATE_SUCCESS, MIG_STATE_FAILED]},
+            mig_manager_has_run(),
         ]}]}}}
     app = MIG_CLIENT_APPS.get(component)
     return affinity, ({"app": app} if app else {})
+
+
+def mig_manager_has_run() -> Obj:
+    """The node requirement of a GPU client that must not see a node's GPUs before the MIG manager partitioned them,
+    nor while it re-partitions: nvidia.com/mig.config.state is pending from the start of a change and success or
+    failed at its end (mig.md §5), and the DaemonSet controller removes a pod whose node stops matching and brings
+    it back once the node matches again, so the client also restarts after every change."""
+    return {"key": MIG_CONFIG_STATE, "operator": "In", "values": [MIG_STATE_SUCCESS, MIG_STATE_FAILED]}
 
 
 def class_tolerations(tolerations: Sequence[Toleration], node_class: ResolvedClass) -> list[Obj]:

@@ -358,6 +358,9 @@ def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
                 "config in mig/; the class's device plugin, GFD and MPS daemon run there only once it has run "
                 "(nvidia.com/mig.config.state success or failed), and step aside while it repartitions. It "
                 "never drains workloads: docs/operations.md (MIG reconfiguration) says when to drain."
+                + (" The DRA driver's kubelet plugin waits for it the same way on the DRA classes' nodes, so it "
+                   "starts again after each re-partition and publishes the new MIG devices (it lists them only "
+                   "when it starts)." if any(rc.mig_manager for rc in resolved.dra_classes) else "")
             )
         if plugin.labels_nodes:
             notes.append(

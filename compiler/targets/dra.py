@@ -101,9 +101,16 @@ def render_values(resolved: ResolvedPolicy) -> Obj:
 
 def kubelet_plugin_affinity(resolved: ResolvedPolicy) -> Obj:
     """One nodeSelectorTerm per DRA class (terms are ORed): the plugin runs on the DRA classes' nodes and nowhere
-    else; the classes' selectors never overlap the device-plugin classes' (check overlapping-node-classes)."""
-    terms = [{"matchExpressions": [objects.selector_expression(r)
-                                   for r in selectors.requirements_from(rc.node_selector, [])]}
+    else; the classes' selectors never overlap the device-plugin classes' (check overlapping-node-classes).
+
+    On a class the tree's MIG manager partitions, the term also waits for it (objects.mig_manager_has_run): the
+    plugin lists the MIG devices once, when it starts, and publishes them again only on a health event
+    (k8s-dra-driver-gpu@v0.4.0 cmd/gpu-kubelet-plugin/driver.go publishResources, nvlib.go
+    enumerateAllPossibleDevices), so it must start after a partition, and again after every re-partition, or its
+    ResourceSlices keep offering MIG devices that no longer exist."""
+    terms = [{"matchExpressions": [*(objects.selector_expression(r)
+                                     for r in selectors.requirements_from(rc.node_selector, [])),
+                                   *([objects.mig_manager_has_run()] if rc.mig_manager else [])]}
              for rc in resolved.dra_classes]
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 

@@ -10,6 +10,7 @@ import yaml
 
 from compiler import compile_policy
 from compiler.targets import dra
+from policy.kube import selectors
 from policy.resolved import dra as pool
 from policy.resolved.resolve import resolve
 from policy.spec.model import ClusterGPUPolicy
@@ -29,6 +30,29 @@ def test_the_kubelet_plugin_runs_on_the_dra_classes_nodes_only(example_policy: L
     assert pools == [["a100-mig"], ["h100-train"], ["l40s-mps"]]  # never l4-dev, the device plugin's
     assert values["featureGates"] == {"MPSSupport": True} and values["gpuResourcesEnabledOverride"] is True
     assert "consumableShares" not in values
+
+
+def _runs_on(values: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether the chart's kubelet-plugin DaemonSet, with these values' affinity, has a pod on a node (terms ORed,
+    expressions ANDed, as the DaemonSet controller reads requiredDuringScheduling...)."""
+    terms = values["kubeletPlugin"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    return any(selectors.matches([selectors.Requirement(e["key"], e["operator"], frozenset(e.get("values", ())))
+                                  for e in term["matchExpressions"]], labels)
+               for term in terms["nodeSelectorTerms"])
+
+
+def test_the_kubelet_plugin_leaves_a_mig_node_while_it_is_partitioned_and_comes_back_after(example_policy: Load) \
+        -> None:
+    # It lists MIG devices only when it starts: away from the first partition and from every re-partition
+    # (state pending), back at success or failed, so the devices it publishes are the ones the node has.
+    values = dra.render_values(resolve(example_policy("dra-mixed")))
+    state = "nvidia.com/mig.config.state"
+    assert not _runs_on(values, {"node-pool": "a100-mig"})  # the MIG manager has not run yet
+    assert not _runs_on(values, {"node-pool": "a100-mig", state: "pending"})
+    assert _runs_on(values, {"node-pool": "a100-mig", state: "success"})
+    assert _runs_on(values, {"node-pool": "a100-mig", state: "failed"})  # as NVIDIA's clients come back
+    assert _runs_on(values, {"node-pool": "l40s-mps"})  # no MIG manager on L40S nodes: nothing to wait for
+    assert not _runs_on(values, {"node-pool": "l4-dev", state: "success"})  # the device plugin's class
 
 
 def test_one_device_class_per_class_and_variant_with_the_sharing_in_its_config(example_policy: Load) -> None:
