@@ -218,9 +218,19 @@ def _version(tag: str) -> tuple[int, ...]:
     return tuple(int(part) for part in tag.removeprefix("v").split("."))
 
 
+def in_release(node: Any, release: str) -> bool:
+    """Whether `release` reads what a schema node describes: its `x-since` (the first release that does, v0.12.0
+    when unmarked) is not newer, and `x-except` (releases after that which refuse it all the same) does not name
+    it."""
+    if not isinstance(node, dict):
+        return True
+    return _version(node.get("x-since", "v0.0.0")) <= _version(release) and release not in node.get("x-except", ())
+
+
 def schema_for_release(node: Any, release: str) -> Any:
-    """The schema as `release` reads files: every property whose `x-since` is a newer release dropped, so
-    additionalProperties: false refuses the key that release would silently ignore."""
+    """The schema as `release` reads files: every property, anyOf/oneOf branch and enum value (`x-since-values`)
+    the release does not read dropped (in_release), so additionalProperties: false refuses the key that release
+    would silently ignore and the enum or the remaining branches refuse a value it refuses or mis-handles."""
     if isinstance(node, list):
         return [schema_for_release(item, release) for item in node]
     if not isinstance(node, dict):
@@ -228,7 +238,16 @@ def schema_for_release(node: Any, release: str) -> Any:
     kept = {key: schema_for_release(value, release) for key, value in node.items()}
     if isinstance(node.get("properties"), dict):
         kept["properties"] = {name: schema_for_release(sub, release) for name, sub in node["properties"].items()
-                              if _version(sub.get("x-since", "v0.0.0")) <= _version(release)}
+                              if in_release(sub, release)}
+    for keyword in ("anyOf", "oneOf"):
+        if isinstance(node.get(keyword), list):
+            branches = [schema_for_release(b, release) for b in node[keyword] if in_release(b, release)]
+            assert branches, f"every branch of {node} is newer than {release}: mark the property instead"
+            kept[keyword] = branches
+    if isinstance(node.get("x-since-values"), dict):
+        since = node["x-since-values"]
+        assert set(since) <= set(node["enum"]), f"x-since-values marks values outside the enum: {node}"
+        kept["enum"] = [v for v in node["enum"] if _version(since.get(v, "v0.0.0")) <= _version(release)]
     return kept
 
 
@@ -249,6 +268,48 @@ def since_marks(schema: dict[str, Any]) -> dict[str, str]:
             if isinstance(sub, dict) and "x-since" in sub:
                 found[where] = sub["x-since"]
             stack.append((sub, where))
+    return found
+
+
+@dataclass(frozen=True)
+class ValueMark:
+    """A value (an enum's, through `x-since-values`) or a form of values (an anyOf branch, by its title) that
+    only some releases accept, at the dotted path of the property holding it."""
+
+    path: str
+    value: str
+    since: str
+    excepted: tuple[str, ...] = ()
+
+    def accepted_by(self, release: str) -> bool:
+        return _version(self.since) <= _version(release) and release not in self.excepted
+
+
+def value_marks(schema: dict[str, Any]) -> set[ValueMark]:
+    """Every value mark of a schema: enum values in `x-since-values` and anyOf/oneOf branches carrying `x-since` or
+    `x-except` (each named by its `title`), found through properties, items, branches and $defs refs."""
+    found: set[ValueMark] = set()
+    stack: list[tuple[Any, str]] = [(schema, "")]
+    while stack:
+        node, at = stack.pop()
+        if not isinstance(node, dict):
+            continue
+        ref = node.get("$ref", "")
+        if ref.startswith("#/$defs/"):
+            stack.append((schema["$defs"][ref.removeprefix("#/$defs/")], at))
+        for value, since in (node.get("x-since-values") or {}).items():
+            found.add(ValueMark(at, value, since))
+        for keyword in ("anyOf", "oneOf"):
+            for branch in node.get(keyword) or ():
+                if isinstance(branch, dict) and ("x-since" in branch or "x-except" in branch):
+                    assert branch.get("title"), f"a marked branch at {at} needs a title to be named by: {branch}"
+                    found.add(ValueMark(at, branch["title"], branch.get("x-since", "v0.12.0"),
+                                        tuple(branch.get("x-except", ()))))
+                stack.append((branch, at))
+        if isinstance(node.get("items"), dict):
+            stack.append((node["items"], at))
+        for name, sub in (node.get("properties") or {}).items():
+            stack.append((sub, f"{at}.{name}" if at else name))
     return found
 
 
