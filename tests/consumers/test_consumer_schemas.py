@@ -172,19 +172,9 @@ def enum_paths(schema: dict[str, Any]) -> dict[str, set[Any]]:
     """The dotted path of every property whose schema (through $refs, branches and items) is an enum, with its
     values."""
     found: dict[str, set[Any]] = {}
-    stack: list[tuple[Any, str]] = [(schema, "")]
-    while stack:
-        node, at = stack.pop()
-        if not isinstance(node, dict):
-            continue
-        if node.get("$ref", "").startswith("#/$defs/"):
-            stack.append((schema["$defs"][node["$ref"].removeprefix("#/$defs/")], at))
+    for node, at in trees.walk(schema):
         if at and "enum" in node:
             found.setdefault(at, set()).update(node["enum"])
-        stack.extend((branch, at) for branch in node.get("anyOf", ()))
-        if isinstance(node.get("items"), dict):
-            stack.append((node["items"], at))
-        stack.extend((sub, f"{at}.{name}" if at else name) for name, sub in (node.get("properties") or {}).items())
     return found
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -251,24 +252,28 @@ def schema_for_release(node: Any, release: str) -> Any:
     return kept
 
 
-def since_marks(schema: dict[str, Any]) -> dict[str, str]:
-    """Every property of a schema carrying `x-since`, by its dotted path through properties and $defs refs,
-    mapped to its release."""
-    found: dict[str, str] = {}
+def walk(schema: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str]]:
+    """Every subschema of a schema with the dotted path of the property it describes: through properties, $defs
+    refs (the config's $defs nest without cycles), anyOf/oneOf branches and array items."""
     stack: list[tuple[Any, str]] = [(schema, "")]
     while stack:
         node, at = stack.pop()
         if not isinstance(node, dict):
             continue
+        yield node, at
         ref = node.get("$ref", "")
-        if ref.startswith("#/$defs/"):  # the config's $defs nest without cycles
+        if ref.startswith("#/$defs/"):
             stack.append((schema["$defs"][ref.removeprefix("#/$defs/")], at))
-        for name, sub in (node.get("properties") or {}).items():
-            where = f"{at}.{name}" if at else name
-            if isinstance(sub, dict) and "x-since" in sub:
-                found[where] = sub["x-since"]
-            stack.append((sub, where))
-    return found
+        stack.extend((branch, at) for keyword in ("anyOf", "oneOf") for branch in node.get(keyword) or ())
+        if isinstance(node.get("items"), dict):
+            stack.append((node["items"], at))
+        stack.extend((sub, f"{at}.{name}" if at else name) for name, sub in (node.get("properties") or {}).items())
+
+
+def since_marks(schema: dict[str, Any]) -> dict[str, str]:
+    """Every property of a schema carrying `x-since`, by its dotted path, mapped to its release."""
+    return {f"{at}.{name}" if at else name: sub["x-since"] for node, at in walk(schema)
+            for name, sub in (node.get("properties") or {}).items() if isinstance(sub, dict) and "x-since" in sub}
 
 
 @dataclass(frozen=True)
@@ -287,29 +292,15 @@ class ValueMark:
 
 def value_marks(schema: dict[str, Any]) -> set[ValueMark]:
     """Every value mark of a schema: enum values in `x-since-values` and anyOf/oneOf branches carrying `x-since` or
-    `x-except` (each named by its `title`), found through properties, items, branches and $defs refs."""
+    `x-except` (each named by its `title`)."""
     found: set[ValueMark] = set()
-    stack: list[tuple[Any, str]] = [(schema, "")]
-    while stack:
-        node, at = stack.pop()
-        if not isinstance(node, dict):
-            continue
-        ref = node.get("$ref", "")
-        if ref.startswith("#/$defs/"):
-            stack.append((schema["$defs"][ref.removeprefix("#/$defs/")], at))
-        for value, since in (node.get("x-since-values") or {}).items():
-            found.add(ValueMark(at, value, since))
-        for keyword in ("anyOf", "oneOf"):
-            for branch in node.get(keyword) or ():
-                if isinstance(branch, dict) and ("x-since" in branch or "x-except" in branch):
-                    assert branch.get("title"), f"a marked branch at {at} needs a title to be named by: {branch}"
-                    found.add(ValueMark(at, branch["title"], branch.get("x-since", "v0.12.0"),
-                                        tuple(branch.get("x-except", ()))))
-                stack.append((branch, at))
-        if isinstance(node.get("items"), dict):
-            stack.append((node["items"], at))
-        for name, sub in (node.get("properties") or {}).items():
-            stack.append((sub, f"{at}.{name}" if at else name))
+    for node, at in walk(schema):
+        found.update(ValueMark(at, value, since) for value, since in (node.get("x-since-values") or {}).items())
+        for branch in (*(node.get("anyOf") or ()), *(node.get("oneOf") or ())):
+            if isinstance(branch, dict) and ("x-since" in branch or "x-except" in branch):
+                assert branch.get("title"), f"a marked branch at {at} needs a title to be named by: {branch}"
+                found.add(ValueMark(at, branch["title"], branch.get("x-since", "v0.12.0"),
+                                    tuple(branch.get("x-except", ()))))
     return found
 
 
