@@ -46,7 +46,7 @@ def strategy(value: Any) -> dict[str, Any]:
 MPS_FALSE = {"version": "v1", "flags": {"mpsRoot": "/run/nvidia/mps"}, "sharing": {"mps": {
     "failRequestsGreaterThanOne": False, "resources": [{"name": "nvidia.com/gpu", "replicas": 2}]}}}
 
-#: (document, the releases of the harness list and around each mark that accept it, read from each tag:
+#: (document, release -> whether it accepts the document, for releases on both sides of each mark, read at each tag:
 #: NVIDIA/k8s-device-plugin@<tag>:api/config/v1/strategy.go NewDeviceListStrategies, flags.go's
 #: deviceListStrategy type, duration.go, config.go NewConfig; cmd/nvidia-device-plugin/main.go validateFlags).
 CASES: dict[str, tuple[dict[str, Any], dict[str, bool]]] = {

@@ -285,9 +285,7 @@ class ValueMark:
     value: str
     since: str
     excepted: tuple[str, ...] = ()
-
-    def accepted_by(self, release: str) -> bool:
-        return _version(self.since) <= _version(release) and release not in self.excepted
+    """Releases after `since` that refuse it all the same (x-except)."""
 
 
 def value_marks(schema: dict[str, Any]) -> set[ValueMark]:
