@@ -52,9 +52,11 @@ VERSION_GATES: tuple[Gate, ...] = (
          "config files: `--config-file`, `version: v1`", "unsupported-plugin-version",
          "k8s-device-plugin v0.12.0 introduced api/config/v1"),
     Gate("spec.devicePlugin.flags.deviceListStrategy", "cdi-annotations", "device plugin", "v0.14.0",
-         "the `cdi-annotations` device list strategy", "version-unsupported-feature", "k8s-device-plugin v0.14.0"),
+         "the `cdi-annotations` device list strategy", "version-unsupported-feature",
+         "k8s-device-plugin v0.14.0 api/config/v1/strategy.go (NewDeviceListStrategies)"),
     Gate("spec.devicePlugin.flags.deviceListStrategy", "cdi-cri", "device plugin", "v0.15.0",
-         "the `cdi-cri` device list strategy", "version-unsupported-feature", "k8s-device-plugin v0.15.0"),
+         "the `cdi-cri` device list strategy", "version-unsupported-feature",
+         "k8s-device-plugin v0.15.0 api/config/v1/strategy.go (NewDeviceListStrategies)"),
     Gate("spec.devicePlugin.flags.deviceListStrategy", "[envvar, volume-mounts]", "device plugin", "v0.14.0",
          "a list of strategies; v0.12 and v0.13 parse one string, and v0.14.0 only a list, which the compiled "
          "config then writes", "version-unsupported-feature", "k8s-device-plugin v0.14.0 api/config/v1/flags.go"),

@@ -95,14 +95,21 @@ def _first_later(release: releases.Release, good: Callable[[releases.Release], b
 
 
 def _device_list_strategy(flags: PluginFlags, release: releases.Release) -> Iterator[Diagnostic]:
-    path = ("spec", "devicePlugin", "flags", "deviceListStrategy")
+    """Each device list strategy the targeted release refuses ('invalid --device-list-strategy option'), located
+    at the value itself (the list item when the spec gives a list), naming the first release accepting it; the
+    same facts mark the values in schemas/device-plugin-config.schema.json (x-since-values), which the consumer
+    harnesses hold against NVIDIA's own code (tests/consumers/test_consumer_schemas.py)."""
+    path: tuple[str | int, ...] = ("spec", "devicePlugin", "flags", "deviceListStrategy")
     strategies = flags.device_list_strategies
-    for value in dict.fromkeys(strategies):
-        if value not in release.strategies:
+    listed = not isinstance(flags.device_list_strategy, str)
+    for index, value in enumerate(strategies):
+        if value not in release.strategies and value not in strategies[:index]:
             since = next(r.tag for r in releases.config_releases() if value in r.strategies)
             yield Diagnostic("version-unsupported-feature", f"the {value} device list strategy needs device plugin "
-                             f"{since} or newer (spec uses {release.tag})", path,
-                             "upgrade the plugin or pick another value")
+                             f"{since} or newer (spec uses {release.tag}, which refuses it at start: 'invalid "
+                             f"--device-list-strategy option')", (*path, index) if listed else path,
+                             f"set devicePlugin.version: {since} or newer, or pick one of "
+                             f"{', '.join(release.strategies)}")
     if release.list_format == "string" and len(set(strategies)) > 1:
         # v0.12 and v0.13 parse deviceListStrategy as one string (dp@v0.13.0:cmd/nvidia-device-plugin/main.go).
         yield Diagnostic("version-unsupported-feature", "a list of device list strategies needs device plugin "

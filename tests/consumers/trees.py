@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -218,9 +219,19 @@ def _version(tag: str) -> tuple[int, ...]:
     return tuple(int(part) for part in tag.removeprefix("v").split("."))
 
 
+def in_release(node: Any, release: str) -> bool:
+    """Whether `release` reads what a schema node describes: its `x-since` (the first release that does, v0.12.0
+    when unmarked) is not newer, and `x-except` (releases after that which refuse it all the same) does not name
+    it."""
+    if not isinstance(node, dict):
+        return True
+    return _version(node.get("x-since", "v0.0.0")) <= _version(release) and release not in node.get("x-except", ())
+
+
 def schema_for_release(node: Any, release: str) -> Any:
-    """The schema as `release` reads files: every property whose `x-since` is a newer release dropped, so
-    additionalProperties: false refuses the key that release would silently ignore."""
+    """The schema as `release` reads files: every property, anyOf/oneOf branch and enum value (`x-since-values`)
+    the release does not read dropped (in_release), so additionalProperties: false refuses the key that release
+    would silently ignore and the enum or the remaining branches refuse a value it refuses or mis-handles."""
     if isinstance(node, list):
         return [schema_for_release(item, release) for item in node]
     if not isinstance(node, dict):
@@ -228,27 +239,66 @@ def schema_for_release(node: Any, release: str) -> Any:
     kept = {key: schema_for_release(value, release) for key, value in node.items()}
     if isinstance(node.get("properties"), dict):
         kept["properties"] = {name: schema_for_release(sub, release) for name, sub in node["properties"].items()
-                              if _version(sub.get("x-since", "v0.0.0")) <= _version(release)}
+                              if in_release(sub, release)}
+    for keyword in ("anyOf", "oneOf"):
+        if isinstance(node.get(keyword), list):
+            branches = [schema_for_release(b, release) for b in node[keyword] if in_release(b, release)]
+            assert branches, f"every branch of {node} is newer than {release}: mark the property instead"
+            kept[keyword] = branches
+    if isinstance(node.get("x-since-values"), dict):
+        since = node["x-since-values"]
+        assert set(since) <= set(node["enum"]), f"x-since-values marks values outside the enum: {node}"
+        kept["enum"] = [v for v in node["enum"] if _version(since.get(v, "v0.0.0")) <= _version(release)]
     return kept
 
 
-def since_marks(schema: dict[str, Any]) -> dict[str, str]:
-    """Every property of a schema carrying `x-since`, by its dotted path through properties and $defs refs,
-    mapped to its release."""
-    found: dict[str, str] = {}
+def walk(schema: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str]]:
+    """Every subschema of a schema with the dotted path of the property it describes: through properties, $defs
+    refs (the config's $defs nest without cycles), anyOf/oneOf branches and array items."""
     stack: list[tuple[Any, str]] = [(schema, "")]
     while stack:
         node, at = stack.pop()
         if not isinstance(node, dict):
             continue
+        yield node, at
         ref = node.get("$ref", "")
-        if ref.startswith("#/$defs/"):  # the config's $defs nest without cycles
+        if ref.startswith("#/$defs/"):
             stack.append((schema["$defs"][ref.removeprefix("#/$defs/")], at))
-        for name, sub in (node.get("properties") or {}).items():
-            where = f"{at}.{name}" if at else name
-            if isinstance(sub, dict) and "x-since" in sub:
-                found[where] = sub["x-since"]
-            stack.append((sub, where))
+        stack.extend((branch, at) for keyword in ("anyOf", "oneOf") for branch in node.get(keyword) or ())
+        if isinstance(node.get("items"), dict):
+            stack.append((node["items"], at))
+        stack.extend((sub, f"{at}.{name}" if at else name) for name, sub in (node.get("properties") or {}).items())
+
+
+def since_marks(schema: dict[str, Any]) -> dict[str, str]:
+    """Every property of a schema carrying `x-since`, by its dotted path, mapped to its release."""
+    return {f"{at}.{name}" if at else name: sub["x-since"] for node, at in walk(schema)
+            for name, sub in (node.get("properties") or {}).items() if isinstance(sub, dict) and "x-since" in sub}
+
+
+@dataclass(frozen=True)
+class ValueMark:
+    """A value (an enum's, through `x-since-values`) or a form of values (an anyOf branch, by its title) that
+    only some releases accept, at the dotted path of the property holding it."""
+
+    path: str
+    value: str
+    since: str
+    excepted: tuple[str, ...] = ()
+    """Releases after `since` that refuse it all the same (x-except)."""
+
+
+def value_marks(schema: dict[str, Any]) -> set[ValueMark]:
+    """Every value mark of a schema: enum values in `x-since-values` and anyOf/oneOf branches carrying `x-since` or
+    `x-except` (each named by its `title`)."""
+    found: set[ValueMark] = set()
+    for node, at in walk(schema):
+        found.update(ValueMark(at, value, since) for value, since in (node.get("x-since-values") or {}).items())
+        for branch in (*(node.get("anyOf") or ()), *(node.get("oneOf") or ())):
+            if isinstance(branch, dict) and ("x-since" in branch or "x-except" in branch):
+                assert branch.get("title"), f"a marked branch at {at} needs a title to be named by: {branch}"
+                found.add(ValueMark(at, branch["title"], branch.get("x-since", "v0.12.0"),
+                                    tuple(branch.get("x-except", ()))))
     return found
 
 
