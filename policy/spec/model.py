@@ -949,10 +949,8 @@ def _schedule(value: str) -> str:
     return value
 
 
-CronSchedule = Annotated[
-    str, AfterValidator(_schedule),
-    Field(description="A CronJob schedule as the API server accepts it: five cron fields or a descriptor (@hourly)."),
-]
+#: A CronJob schedule as the API server accepts it: five cron fields or a descriptor (@hourly).
+CronSchedule = Annotated[str, AfterValidator(_schedule)]
 
 
 def _resource_quantity(value: Any) -> str | int:
@@ -977,10 +975,9 @@ class AuditResources(Model):
     """The audit container's requests and limits; the defaults are sized from bench/audit_bench.py's run on 5,000
     pods (docs/audit.md#sizing)."""
 
-    requests: dict[ComputeResource, ResourceQuantity] = Field(
-        default_factory=lambda: {"cpu": "100m", "memory": "256Mi"})
+    requests: dict[ComputeResource, ResourceQuantity] = {"cpu": "100m", "memory": "256Mi"}
     """What the scheduler reserves for the audit pod."""
-    limits: dict[ComputeResource, ResourceQuantity] = Field(default_factory=lambda: {"memory": "512Mi"})
+    limits: dict[ComputeResource, ResourceQuantity] = {"memory": "512Mi"}
     """The most it may use: past the memory limit the kernel kills it (OOMKilled); no CPU limit by default, so a
     large cluster's audit runs longer instead of being throttled."""
 
@@ -1006,8 +1003,8 @@ class ClusterAudit(Model):
     """Compile the audit's CronJob, its RBAC and the spec it reads into audit/ (needs the report CRDs: wg-policy's
     or OpenReports', e.g. from Policy Reporter or Kyverno)."""
     schedule: CronSchedule = "17 * * * *"
-    """When it runs (the CronJob's schedule, in the controller manager's time zone): hourly by default, at a minute
-    off the hour, when other CronJobs crowd the API server."""
+    """When it runs: a CronJob schedule (five cron fields, or a descriptor such as @hourly), in the controller
+    manager's time zone; hourly by default, at a minute off the hour, when other CronJobs crowd the API server."""
     format: AuditFormat = "policy-report"
     """The reports it writes: wgpolicyk8s.io/v1alpha2 PolicyReports (policy-report) or openreports.io/v1alpha1
     Reports (openreports)."""
