@@ -64,7 +64,7 @@ def _delete(reader: _Reader, stale: StoredReport) -> bool:
         body["preconditions"] = {"resourceVersion": stale.resource_version}
     try:
         reader.request("delete", f"{_plural(stale.kind)}/{stale.name}", _once, send=reader.call, method="DELETE",
-                       path=_path(stale.kind, stale.namespace, stale.name), body=json.dumps(body),
+                       path=_path(stale.kind, stale.namespace, stale.name), body=body,
                        content_type="application/json", namespace=stale.namespace or None)
     except ClusterAccessError as err:
         if err.status in (404, 409):

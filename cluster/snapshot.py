@@ -93,10 +93,13 @@ def _connect(access: Access) -> tuple[ApiClient, str, str]:
 
     configuration, context = _configuration(access)
     # No read retries: a timed-out list is reported at once instead of after three more timeouts; a refused
-    # connection is tried twice more, which costs nothing.
+    # connection is tried twice more, which costs nothing. An answer with Retry-After (429 from API Priority and
+    # Fairness, or "storage is (re)initializing" while a CRD just created comes up; 503) was not acted on, so it
+    # is retried after the wait it names, up to three times and for every method (a write too); no other status is.
     import urllib3
 
-    configuration.retries = urllib3.Retry(total=2, connect=2, read=0, status=0, redirect=0, backoff_factor=0.1)
+    configuration.retries = urllib3.Retry(total=5, connect=2, read=0, status=3, redirect=0, backoff_factor=0.1,
+                                          status_forcelist=(), allowed_methods=None)
     return ApiClient(configuration), context, str(configuration.host)
 
 
