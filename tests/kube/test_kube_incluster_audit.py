@@ -263,3 +263,36 @@ def test_finished_pods_are_left_out_at_the_list(
         assert objects_read() == before + 1  # only the pod still to run was listed
     finally:
         api.kubectl("delete", "pod", "finished-ok", "finished-bad", "still-running", "-n", "research-nlp")
+
+
+def test_server_side_apply_of_a_new_report_needs_create_not_only_patch(
+        api: KubeAPI, applied: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Why the ClusterRole grants create: an apply that creates the object is authorized as create."""
+    role = next(o for o in applied if o["kind"] == "ClusterRole")
+    name = "gpupolicy-test-no-create"
+    rules = [{**r, "verbs": [v for v in r["verbs"] if v != "create"]} for r in role["rules"]]
+    objects = [({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+                 "rules": rules}, f"{RBAC}/clusterroles"),
+               ({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                 "metadata": {"name": name},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                 "subjects": [{"kind": "User", "name": "dana@example.com"}]}, f"{RBAC}/clusterrolebindings")]
+    for obj, path in objects:
+        assert api.request("POST", path, obj).status == 201
+    api.kubectl("create", "namespace", "fresh-team")
+    create(api, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "first", "namespace": "fresh-team"},
+                 "spec": {"containers": [{"name": "main", "image": "busybox",
+                                          "resources": {"limits": {"nvidia.com/gpu": 1}}}]}})
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text(mounted_spec(api, applied), encoding="utf-8")
+    try:
+        assert main([*cron_args(applied, spec), "--kubeconfig", str(api.kubeconfig_of("tenant-person"))]) == 2
+        err = capsys.readouterr().err
+        assert ('refused to apply policyreports/gpupolicy-mixed-fleet in namespace fresh-team (403 Forbidden: '
+                'policyreports.wgpolicyk8s.io "gpupolicy-mixed-fleet" is forbidden: User "dana@example.com" cannot '
+                'create resource "policyreports"') in err
+        assert "hint: grant list, create, patch and delete on policyreports.wgpolicyk8s.io," in err
+    finally:
+        for _, path in reversed(objects):
+            assert api.request("DELETE", f"{path}/{name}").status == 200
+        api.kubectl("delete", "pod", "first", "-n", "fresh-team")
