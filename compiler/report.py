@@ -380,7 +380,7 @@ def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
         notes.append(
             f"The in-cluster audit (audit/) runs `gpupolicy cluster audit --write-reports` on schedule "
             f"`{audit.schedule}` in namespace {resolved.spec.audit_namespace} and writes {kind} (their CRDs must "
-            "be installed, e.g. by Policy Reporter or Kyverno): docs/audit.md#in-cluster."
+            "be installed, e.g. by Policy Reporter or Kyverno): docs/audit.md#in-cluster-audit."
         )
     return tuple(notes)
 

@@ -973,7 +973,7 @@ ComputeResource = Literal["cpu", "memory"]
 
 class AuditResources(Model):
     """The audit container's requests and limits; the defaults are sized from bench/audit_bench.py's run on 5,000
-    pods (docs/audit.md#sizing)."""
+    pods (docs/audit.md#sizing-the-cronjob)."""
 
     requests: dict[ComputeResource, ResourceQuantity] = {"cpu": "100m", "memory": "256Mi"}
     """What the scheduler reserves for the audit pod."""
