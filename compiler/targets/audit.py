@@ -23,7 +23,6 @@ COMPONENT = "audit"
 NAME = "gpupolicy-audit"
 SPEC_KEY = "cluster.yaml"
 SPEC_DIR = "/etc/gpupolicy/audit"
-RUN_AS = 65532
 #: A run that missed its time by more than this is skipped, not started late (the next one comes within the hour);
 #: it also keeps the controller from counting more than 100 missed runs after an outage (kubernetes docs,
 #: "CronJob limitations"), which stops the CronJob for good.
@@ -105,20 +104,11 @@ def _cron_job(policy: ClusterGPUPolicy, spec_map: str, labels: dict[str, str]) -
         "args": command(policy),
         "resources": {"requests": dict(sorted(audit.resources.requests.items())),
                       "limits": dict(sorted(audit.resources.limits.items()))},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                            "privileged": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True},
+        "securityContext": objects.restricted_container_security(),
         "volumeMounts": [{"name": "spec", "mountPath": SPEC_DIR, "readOnly": True}],
     }
-    pod_spec = {
-        "serviceAccountName": NAME,
-        "automountServiceAccountToken": True,  # it talks to the API server
-        "enableServiceLinks": False,
-        "restartPolicy": "Never",  # a failed run is retried by the Job (backoffLimit), or by the next schedule
-        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [container],
-        "volumes": [{"name": "spec", "configMap": {"name": spec_map}}],
-    }
+    pod_spec = objects.service_account_pod(NAME, [container], [{"name": "spec", "configMap": {"name": spec_map}}])
+    pod_spec["restartPolicy"] = "Never"  # a failed run is retried by the Job (backoffLimit), or by the next schedule
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",

@@ -11,6 +11,7 @@ The server is this module's own: a live audit lists every namespace.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from collections.abc import Iterator
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_api import KubeAPI, running_api_server, write_kubeconfig
+from kube_api import KubeAPI, write_kubeconfig
 from kube_cases import create
 
 from cli.main import main
@@ -28,9 +29,8 @@ pytestmark = [pytest.mark.kube_api, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "audit"))
-import build_audit_dumps  # noqa: E402
 from test_audit_scan import NO_MPS  # noqa: E402
-from test_kube_audit_reports import CRDS, store  # noqa: E402
+from test_kube_audit_reports import audited_server  # noqa: E402
 
 TREE = ROOT / "examples" / "clusters" / "mixed-fleet" / "out"
 NAMESPACE, ACCOUNT = "gpupolicy-system", "gpupolicy-audit"
@@ -41,12 +41,26 @@ MANAGER = "gpupolicy-audit"
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI]:
-    with running_api_server(tmp_path_factory.mktemp("incluster-audit")) as server:
-        for path in CRDS:
-            server.kubectl("apply", "--server-side", "-f", str(path))
-        server.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
-        store(server, build_audit_dumps.mixed_fleet())
+    with audited_server(tmp_path_factory.mktemp("incluster-audit")) as server:
         yield server
+
+
+@contextlib.contextmanager
+def granted(api: KubeAPI, name: str, rules: list[dict[str, Any]]) -> Iterator[Path]:
+    """A kubeconfig of tenant-person (dana@example.com) bound to a ClusterRole of ``rules`` while it lasts."""
+    objects = [({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
+                 "rules": rules}, f"{RBAC}/clusterroles"),
+               ({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                 "metadata": {"name": name},
+                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                 "subjects": [{"kind": "User", "name": "dana@example.com"}]}, f"{RBAC}/clusterrolebindings")]
+    for obj, path in objects:
+        assert api.request("POST", path, obj).status == 201
+    try:
+        yield api.kubeconfig_of("tenant-person")
+    finally:
+        for _, path in reversed(objects):
+            assert api.request("DELETE", f"{path}/{name}").status == 200
 
 
 @pytest.fixture(scope="module")
@@ -213,18 +227,8 @@ def without_pods(api: KubeAPI, applied: list[dict[str, Any]]) -> Iterator[Path]:
     role = next(o for o in applied if o["kind"] == "ClusterRole")
     rules = [{**r, "resources": [x for x in r["resources"] if x != "pods"]} for r in role["rules"]
              if "patch" not in r["verbs"]]
-    name = "gpupolicy-test-no-pods"
-    objects = [({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-                 "rules": rules}, f"{RBAC}/clusterroles"),
-               ({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                 "metadata": {"name": name},
-                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-                 "subjects": [{"kind": "User", "name": "dana@example.com"}]}, f"{RBAC}/clusterrolebindings")]
-    for obj, path in objects:
-        assert api.request("POST", path, obj).status == 201
-    yield api.kubeconfig_of("tenant-person")
-    for _, path in reversed(objects):
-        assert api.request("DELETE", f"{path}/{name}").status == 200
+    with granted(api, "gpupolicy-test-no-pods", rules) as kubeconfig:
+        yield kubeconfig
 
 
 def test_a_refused_pod_list_names_the_missing_permission(
@@ -269,16 +273,7 @@ def test_server_side_apply_of_a_new_report_needs_create_not_only_patch(
         api: KubeAPI, applied: list[dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Why the ClusterRole grants create: an apply that creates the object is authorized as create."""
     role = next(o for o in applied if o["kind"] == "ClusterRole")
-    name = "gpupolicy-test-no-create"
     rules = [{**r, "verbs": [v for v in r["verbs"] if v != "create"]} for r in role["rules"]]
-    objects = [({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name},
-                 "rules": rules}, f"{RBAC}/clusterroles"),
-               ({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                 "metadata": {"name": name},
-                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-                 "subjects": [{"kind": "User", "name": "dana@example.com"}]}, f"{RBAC}/clusterrolebindings")]
-    for obj, path in objects:
-        assert api.request("POST", path, obj).status == 201
     api.kubectl("create", "namespace", "fresh-team")
     create(api, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "first", "namespace": "fresh-team"},
                  "spec": {"containers": [{"name": "main", "image": "busybox",
@@ -286,13 +281,12 @@ def test_server_side_apply_of_a_new_report_needs_create_not_only_patch(
     spec = tmp_path / "cluster.yaml"
     spec.write_text(mounted_spec(api, applied), encoding="utf-8")
     try:
-        assert main([*cron_args(applied, spec), "--kubeconfig", str(api.kubeconfig_of("tenant-person"))]) == 2
+        with granted(api, "gpupolicy-test-no-create", rules) as kubeconfig:
+            assert main([*cron_args(applied, spec), "--kubeconfig", str(kubeconfig)]) == 2
         err = capsys.readouterr().err
         assert ('refused to apply policyreports/gpupolicy-mixed-fleet in namespace fresh-team (403 Forbidden: '
                 'policyreports.wgpolicyk8s.io "gpupolicy-mixed-fleet" is forbidden: User "dana@example.com" cannot '
                 'create resource "policyreports"') in err
         assert "hint: grant list, create, patch and delete on policyreports.wgpolicyk8s.io," in err
     finally:
-        for _, path in reversed(objects):
-            assert api.request("DELETE", f"{path}/{name}").status == 200
         api.kubectl("delete", "pod", "first", "-n", "fresh-team")
