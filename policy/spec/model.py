@@ -1010,8 +1010,9 @@ class ClusterAudit(Model):
     Reports (openreports)."""
     fail_only: StrictBool = False
     """Leave passing workloads out of the reports' results (the summaries still count them)."""
-    max_results: StrictInt = Field(default=500, ge=0, le=5000)
-    """Results per report; the rest are counted in the summary (a report stays far below etcd's 1.5 MiB limit)."""
+    max_results: StrictInt = Field(default=500, ge=0, le=1000)
+    """Results per report; the rest are counted in the summary. At about 1 KiB a result, 1,000 keep a report below
+    kube-apiserver's 1.5 MiB request limit, which a larger report would fail to be written past."""
     resources: AuditResources = AuditResources()
     """The audit container's requests and limits."""
     image: str | None = None
