@@ -52,12 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="write the draft to FILE instead of standard output (-: standard output)")
     _access_arguments(discover)
     audit = actions.add_parser(
-        "audit", help="judge every running GPU workload by a spec's admission rules (read-only)",
+        "audit", help="judge every running GPU workload by a spec's admission rules (read-only unless "
+                      "--write-reports)",
         description="Read the Pods, pod controllers and Namespaces of the cluster (or of files with --from-file: "
                     "kubectl get -A -o yaml output) and judge each as the admission webhook would at its creation. "
                     "One result per owning workload: an object folds into its controller owner only when the "
                     "ownerReference resolves (uid, kind and name) to an object read with the same verdict. Exit 1 "
-                    "when a workload breaks an enforced rule.")
+                    "when a workload breaks an enforced rule (0 with --write-reports once the reports are written).")
     audit.add_argument("-p", "--policy", required=True, metavar="SPEC", help="the cluster spec to judge by")
 
     audit.add_argument("--output", "-O", choices=AUDIT_OUTPUTS, default="text",
