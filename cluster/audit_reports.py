@@ -37,9 +37,14 @@ def write_reports(access: Access, flavor: reports.Flavor, cluster: str, built: l
         reader.rbac_fix = _rbac_fix(flavor)
         found: list[StoredReport] = []
         for kind in reports.report_kinds(flavor):
-            path = _path(kind)
-            found.extend(StoredReport.from_object(obj, kind) for obj in reader.list(
-                "list", _plural(kind), reader.get_path, path=path, label_selector=reports.owned_selector(cluster)))
+            try:
+                found.extend(StoredReport.from_object(obj, kind) for obj in reader.list(
+                    "list", _plural(kind), reader.get_path, path=_path(kind),
+                    label_selector=reports.owned_selector(cluster)))
+            except ClusterAccessError as err:
+                if err.status != 404:
+                    raise
+                raise _not_served(flavor) from None
         plan = reports.plan_writes(built, found)
         for report in plan.apply:
             metadata = report["metadata"]
@@ -55,6 +60,16 @@ def write_reports(access: Access, flavor: reports.Flavor, cluster: str, built: l
             if _delete(reader, stale):
                 deleted.append(stale)
         return Written(plan, tuple(deleted))
+
+
+def _not_served(flavor: reports.Flavor) -> ClusterAccessError:
+    group = reports.RESOURCES[reports.report_kinds(flavor)[0]][0]
+    other = "openreports" if flavor == "wgpolicy" else "policy-report"
+    return ClusterAccessError(
+        f"the API server does not serve {', '.join(_plural(k) for k in reports.report_kinds(flavor))} ({group}): "
+        "the report CRDs are not installed", f"install them (Policy Reporter's and Kyverno's charts install the "
+        f"wg-policy ones; tests/fixtures/policy-reports pins both kinds), or write the reports the cluster has "
+        f"(-O {other}, spec.audit.format)", status=404)
 
 
 def _delete(reader: _Reader, stale: StoredReport) -> bool:

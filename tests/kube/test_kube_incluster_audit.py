@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_api import KubeAPI, write_kubeconfig
+from kube_api import KubeAPI, running_api_server, write_kubeconfig
 from kube_cases import create
 
 from cli.main import main
@@ -290,3 +290,18 @@ def test_server_side_apply_of_a_new_report_needs_create_not_only_patch(
         assert "hint: grant list, create, patch and delete on policyreports.wgpolicyk8s.io," in err
     finally:
         api.kubectl("delete", "pod", "first", "-n", "fresh-team")
+
+
+def test_a_cluster_without_the_report_crds_is_told_to_install_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = tmp_path / "cluster.yaml"
+    spec.write_text((ROOT / "examples" / "clusters" / "mixed-fleet" / "cluster.yaml").read_text(encoding="utf-8"))
+    with running_api_server(tmp_path / "bare") as bare:
+        assert main(["cluster", "audit", "-p", str(spec), "--write-reports", "--kubeconfig", str(bare.kubeconfig)]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(
+        "gpupolicy cluster audit: error: the API server does not serve policyreports, clusterpolicyreports "
+        "(wgpolicyk8s.io): the report CRDs are not installed\n"
+        "  hint: install them (Policy Reporter's and Kyverno's charts install the wg-policy ones; "
+        "tests/fixtures/policy-reports pins both kinds), or write the reports the cluster has (-O openreports, "
+        "spec.audit.format)\n")
