@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -31,6 +31,8 @@ from cluster.resources import (
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient, Configuration
 
+    from policy.audit.scan import WatchedKind
+
 DEFAULT_TIMEOUT_SECONDS = 10.0
 PAGE_SIZE = 500  # chunked lists keep one response small on clusters with thousands of pods
 Scope = Literal["verify", "discover"]
@@ -43,7 +45,12 @@ RBAC_FIX = (
 
 
 class ClusterAccessError(ClusterError):
-    """The cluster could not be read."""
+    """The cluster could not be read (or written)."""
+
+    def __init__(self, message: str, hint: str, status: int = 0) -> None:
+        super().__init__(message, hint)
+        self.status = status
+        """The HTTP status the API server answered, 0 when it gave none."""
 
 
 @dataclass(frozen=True)
@@ -86,10 +93,13 @@ def _connect(access: Access) -> tuple[ApiClient, str, str]:
 
     configuration, context = _configuration(access)
     # No read retries: a timed-out list is reported at once instead of after three more timeouts; a refused
-    # connection is tried twice more, which costs nothing.
+    # connection is tried twice more, which costs nothing. An answer with Retry-After (429 from API Priority and
+    # Fairness, or "storage is (re)initializing" while a CRD just created comes up; 503) was not acted on, so it
+    # is retried after the wait it names, up to three times and for every method (a write too); no other status is.
     import urllib3
 
-    configuration.retries = urllib3.Retry(total=2, connect=2, read=0, status=0, redirect=0, backoff_factor=0.1)
+    configuration.retries = urllib3.Retry(total=5, connect=2, read=0, status=3, redirect=0, backoff_factor=0.1,
+                                          status_forcelist=(), allowed_methods=None)
     return ApiClient(configuration), context, str(configuration.host)
 
 
@@ -183,16 +193,24 @@ class _Reader:
         )
 
     def get_path(self, *, path: str, limit: int, _continue: str | None = None, _request_timeout: float,
-                 **_: Any) -> Any:
+                 field_selector: str | None = None, label_selector: str | None = None, **_: Any) -> Any:
         """GET a list at a REST path (the typed client has no method for custom resources), answered as the typed
         calls answer with _preload_content=False: the raw response."""
+        query: list[tuple[str, Any]] = [("limit", limit)] + ([("continue", _continue)] if _continue else [])
+        query += [(name, value) for name, value in (("fieldSelector", field_selector),
+                                                    ("labelSelector", label_selector)) if value]
+        return self.call("GET", path, query=query, timeout=_request_timeout)
+
+    def call(self, method: str, path: str, *, query: list[tuple[str, Any]] | None = None, body: Any = None,
+             content_type: str | None = None, timeout: float) -> Any:
+        """One request at a REST path, answered as the typed calls answer with _preload_content=False: the raw
+        response; an answer outside 2xx raises ApiException (``request`` turns it into a ClusterAccessError)."""
         from kubernetes.client.exceptions import ApiException
 
-        query = [("limit", limit)] + ([("continue", _continue)] if _continue else [])
-        request = self.client.param_serialize("GET", path, query_params=query,
-                                              header_params={"Accept": "application/json"},
-                                              auth_settings=["BearerToken"])
-        answer = self.client.call_api(*request, _request_timeout=_request_timeout)
+        headers = {"Accept": "application/json", **({"Content-Type": content_type} if content_type else {})}
+        request = self.client.param_serialize(method, path, query_params=query or [], header_params=headers,
+                                              body=body, auth_settings=["BearerToken"])
+        answer = self.client.call_api(*request, _request_timeout=timeout)
         if not 200 <= answer.status <= 299:
             answer.read()
             raise ApiException.from_response(http_resp=answer, body=None, data=None)
@@ -269,17 +287,20 @@ class _Reader:
     def refused(self, err: Any, verb: str, where: str) -> ClusterAccessError:
         status, reason = int(err.status or 0), _status_message(err)
         if status == 403:
-            return ClusterAccessError(f"the API server refused to {verb} {where} (403 Forbidden: {reason})",
-                                      self.rbac_fix)
-        if status == 401:
-            return ClusterAccessError(f"the API server at {self.server} rejected the credentials of context "
-                                      f"{self.context} (401 Unauthorized)",
-                                      "refresh them (e.g. your cloud CLI's get-credentials) or pick another --context")
-        if status == 0:
-            return ClusterAccessError(f"cannot talk to the API server at {self.server}: {reason}",
-                                      "check the kubeconfig's certificate-authority and server address")
-        return ClusterAccessError(f"the API server failed to {verb} {where} ({status} {reason})",
-                                  "retry; if it persists, check the API server's health (kubectl get --raw /readyz)")
+            found = ClusterAccessError(f"the API server refused to {verb} {where} (403 Forbidden: {reason})",
+                                       self.rbac_fix)
+        elif status == 401:
+            found = ClusterAccessError(f"the API server at {self.server} rejected the credentials of context "
+                                       f"{self.context} (401 Unauthorized)", "refresh them (e.g. your cloud CLI's "
+                                       "get-credentials) or pick another --context")
+        elif status == 0:
+            found = ClusterAccessError(f"cannot talk to the API server at {self.server}: {reason}",
+                                       "check the kubeconfig's certificate-authority and server address")
+        else:
+            found = ClusterAccessError(f"the API server failed to {verb} {where} ({status} {reason})", "retry; if it "
+                                       "persists, check the API server's health (kubectl get --raw /readyz)")
+        found.status = status
+        return found
 
     def unreachable(self, err: Exception, verb: str, where: str) -> ClusterAccessError:
         import urllib3
@@ -313,29 +334,32 @@ def _status_message(err: Any) -> str:
 # --- every object of some kinds (cluster audit) -----------------------------------------------------------------
 
 
-def read_objects(access: Access, kinds: tuple[tuple[str, str], ...]) -> tuple[list[Json], tuple[str, ...]]:
-    """Every object of the given (API group, kind) pairs in all namespaces, and every Namespace (their labels pick
-    the tenants), as raw JSON with apiVersion and kind set; and the kinds the server does not serve (a CRD not
-    installed), as ``group/Kind``. Each kind is found through API discovery (its preferred version and plural), so
-    nothing here names a version. Raises ClusterAccessError as ``read_snapshot`` does."""
+def read_objects(access: Access, kinds: Sequence[WatchedKind]) -> tuple[list[Json], tuple[str, ...]]:
+    """Every object of the given kinds in all namespaces (policy.audit.scan.watched_kinds: Namespaces among them,
+    whose labels pick the tenants), as raw JSON with apiVersion and kind set, each list narrowed by its kind's field
+    selector; and the kinds the server does not serve (a CRD not installed), as ``group/Kind``. Each kind is found
+    through API discovery (its preferred version and plural), so nothing here names a version. Raises
+    ClusterAccessError as ``read_snapshot`` does; a refused list's hint names the permission missing."""
     reader = _Reader(*_connect(access), timeout=access.timeout_seconds)
     with reader:
-        served = reader.discover({group for group, _ in kinds})
-        resources = sorted({_resource_name(path) for key, (path, _) in served.items()
-                            if key in kinds or key == ("", "Namespace")})
-        reader.rbac_fix = ("grant list on what the audit reads, e.g. kubectl create clusterrole gpupolicy-auditor "
-                           f"--verb=list --resource={','.join(resources)} && kubectl create clusterrolebinding "
-                           "gpupolicy-auditor --clusterrole=gpupolicy-auditor --user=<you>")
+        served = reader.discover({k.group for k in kinds})
+        resources = sorted({_resource_name(served[k.group, k.kind][0]) for k in kinds if (k.group, k.kind) in served})
         found: list[Json] = []
         missing: list[str] = []
-        for group, kind in (("", "Namespace"), *kinds):
-            where = served.get((group, kind))
+        for watched in kinds:
+            where = served.get((watched.group, watched.kind))
             if where is None:
-                missing.append(f"{group or 'core'}/{kind}")
+                missing.append(f"{watched.group or 'core'}/{watched.kind}")
                 continue
             path, api_version = where
-            for obj in reader.list("list", path.rpartition("/")[2], reader.get_path, path=path):
-                found.append({**obj, "apiVersion": api_version, "kind": kind})  # list items carry neither
+            reader.rbac_fix = (f"grant list on {_resource_name(path)}: the audit lists {', '.join(resources)}, e.g. "
+                               "kubectl create clusterrole gpupolicy-auditor --verb=list "
+                               f"--resource={','.join(resources)} && kubectl create clusterrolebinding "
+                               "gpupolicy-auditor --clusterrole=gpupolicy-auditor --user=<you> (the compiled "
+                               "audit/ ClusterRole grants exactly these)")
+            selector = {"field_selector": watched.field_selector} if watched.field_selector else {}
+            for obj in reader.list("list", path.rpartition("/")[2], reader.get_path, path=path, **selector):
+                found.append({**obj, "apiVersion": api_version, "kind": watched.kind})  # list items carry neither
         return found, tuple(missing)
 
 

@@ -83,6 +83,30 @@ def metadata(
     return meta
 
 
+#: The non-root user gpupolicy's own pods run as (the image's, distroless "nonroot").
+NONROOT_UID = 65532
+
+
+def restricted_container_security() -> Obj:
+    """A container's securityContext under Pod Security "restricted", with a read-only root filesystem: what the
+    tree's own API clients (the label reconciler, the audit) run with; they write no file."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "privileged": False,
+            "readOnlyRootFilesystem": True, "runAsNonRoot": True}
+
+
+def restricted_pod_security() -> Obj:
+    """The pod securityContext that goes with it: non-root UID and GID, seccomp RuntimeDefault."""
+    return {"runAsNonRoot": True, "runAsUser": NONROOT_UID, "runAsGroup": NONROOT_UID,
+            "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def service_account_pod(name: str, containers: list[Obj], volumes: list[Obj]) -> Obj:
+    """The pod spec of one of the tree's own API clients: its ServiceAccount's token mounted (it talks to the API
+    server), no service links, restricted."""
+    return {"serviceAccountName": name, "automountServiceAccountToken": True, "enableServiceLinks": False,
+            "securityContext": restricted_pod_security(), "containers": containers, "volumes": volumes}
+
+
 def config_map(
     base_name: str,
     data: Mapping[str, str],

@@ -378,6 +378,13 @@ def _notes(resolved: ResolvedPolicy) -> tuple[str, ...]:
             "someone else set (an event and the gpupolicy_node_label_conflicts metric say so instead)."
         )
         notes.append(_reconciler_guard_note(resolved))
+    if (audit := resolved.spec.audit).enabled:
+        kind = "wgpolicyk8s.io PolicyReports" if audit.format == "policy-report" else "openreports.io Reports"
+        notes.append(
+            f"The in-cluster audit (audit/) runs `gpupolicy cluster audit --write-reports` on schedule "
+            f"`{audit.schedule}` in namespace {resolved.spec.audit_namespace} and writes {kind} (their CRDs must "
+            "be installed, e.g. by Policy Reporter or Kyverno): docs/audit.md#in-cluster-audit."
+        )
     return tuple(notes)
 
 

@@ -12,6 +12,7 @@ from compiler.objects import Obj
 from compiler.targets import (
     admission_policy,
     admission_webhook,
+    audit,
     device_plugin,
     dra,
     dra_admission,
@@ -155,6 +156,8 @@ def _components(resolved: ResolvedPolicy) -> dict[str, dict[str, Obj]]:
         # The tenancy guard holds whatever engine enforces the tenants: both read the namespace's labels.
         rendered += tenancy_guard.render_tenancy_guard(resolved)
         out["admission"] = {_stem(obj): obj for obj in rendered}
+    if scheduled := audit.render_audit(resolved):
+        out[audit.COMPONENT] = scheduled
     if resolved.spec.monitoring.enabled:
         out[monitoring.COMPONENT] = {_stem(obj): obj for obj in monitoring.render_monitoring(resolved)}
     if created := namespaces.render_namespaces(resolved):

@@ -117,5 +117,7 @@ def test_audit_bench_audits_both_shapes_and_diffs_the_mixed_fleet() -> None:
     out = run_bench("audit_bench.py", timeout=240)
     assert "| templates | json | 241 |" in out and "| replicas | json | 241 |" in out and "| templates | yaml |" in out
     assert "| specs only |" in out and "| --workloads |" in out
+    # the in-cluster run: lean and full pods, the reports of the run under the other policy replaced
+    assert "| lean |" in out and "| full |" in out
     # the research half of the Deployments loses MPS: the audit fails (exit 1) on both shapes
     assert out.count(" | 1 | ") >= 3

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from cluster.resources import Snapshot
     from cluster.snapshot import Access
+    from policy.audit.reports import Options
+    from policy.audit.scan import Audit
+    from policy.resolved.offers import AdmissionPolicy
     from policy.spec.model import ClusterGPUPolicy
 
 # A spec whose only errors are overlapping selectors can still be verified: the cluster then shows which nodes
@@ -49,12 +52,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                           help="write the draft to FILE instead of standard output (-: standard output)")
     _access_arguments(discover)
     audit = actions.add_parser(
-        "audit", help="judge every running GPU workload by a spec's admission rules (read-only)",
+        "audit", help="judge every running GPU workload by a spec's admission rules (read-only unless "
+                      "--write-reports)",
         description="Read the Pods, pod controllers and Namespaces of the cluster (or of files with --from-file: "
                     "kubectl get -A -o yaml output) and judge each as the admission webhook would at its creation. "
                     "One result per owning workload: an object folds into its controller owner only when the "
                     "ownerReference resolves (uid, kind and name) to an object read with the same verdict. Exit 1 "
-                    "when a workload breaks an enforced rule.")
+                    "when a workload breaks an enforced rule (0 with --write-reports once the reports are written).")
     audit.add_argument("-p", "--policy", required=True, metavar="SPEC", help="the cluster spec to judge by")
 
     audit.add_argument("--output", "-O", choices=AUDIT_OUTPUTS, default="text",
@@ -66,6 +70,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     audit.add_argument("--max-results", type=int, default=None, metavar="N",
                        help="keep at most N results (per report for report objects), counting the rest "
                             "(default: 500 per report, all otherwise)")
+    audit.add_argument("--write-reports", action="store_true",
+                       help="write the reports (-O policy-report, the default here, or openreports) to the cluster "
+                            "by server-side apply (field manager gpupolicy-audit), one per namespace with results, "
+                            "and delete this policy's stale ones; prints what it wrote and exits 0 once written, "
+                            "violations or not (they are in the reports): what the compiled audit CronJob runs")
     _access_arguments(audit)
     reconcile = actions.add_parser(
         "reconcile-labels", help="keep the label plan's node labels on every node of its classes (in-cluster)",
@@ -168,6 +177,19 @@ def _audit(args: argparse.Namespace) -> int:
     if args.max_results is not None and args.max_results < 0:
         print("gpupolicy cluster audit: error: --max-results must be 0 or more", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    if args.write_reports:
+        if args.from_files:
+            print("gpupolicy cluster audit: error: --write-reports writes to the cluster it reads, not to files\n"
+                  "  hint: drop --from-file (or --write-reports, and apply the -O policy-report output yourself)",
+                  file=sys.stderr)
+            return ExitCode.BAD_INPUT
+        if args.output == "text":
+            args.output = "policy-report"
+        if args.output not in ("policy-report", "openreports"):
+            print(f"gpupolicy cluster audit: error: --write-reports writes report objects, not {args.output}\n"
+                  "  hint: pass -O policy-report (the default with --write-reports) or -O openreports",
+                  file=sys.stderr)
+            return ExitCode.BAD_INPUT
     report = Report()
     resolved, found = load_spec(args.policy)
     if resolved is None:
@@ -175,6 +197,7 @@ def _audit(args: argparse.Namespace) -> int:
         report.extend(found)
         sys.stderr.write(render_text(report))
         return ExitCode.BAD_INPUT
+    policy = build_admission_policy(resolved)
     if args.from_files:
         from cli.recorded import read_objects
 
@@ -182,23 +205,49 @@ def _audit(args: argparse.Namespace) -> int:
     else:
         from cluster import snapshot
 
-        objects, missing = snapshot.read_objects(_access(args), scan.watched_kinds())
+        objects, missing = snapshot.read_objects(_access(args), scan.watched_kinds(policy.workload_kinds))
         if missing:
             print(f"gpupolicy cluster audit: note: not served here, so not read: {', '.join(missing)}",
                   file=sys.stderr)
     if objects is None:
         return ExitCode.BAD_INPUT
-    policy = build_admission_policy(resolved)
     result = scan.audit(Engine(policy, memo_size=scan.MEMO_SIZE), objects, scan.namespace_labels(objects))
     default_cap = reports.DEFAULT_MAX_RESULTS if args.output in ("policy-report", "openreports") else len(objects)
     options = reports.Options(fail_only=args.fail_only,
                               max_results=default_cap if args.max_results is None else args.max_results)
-    sys.stdout.write(render(args.output, result, policy, options))
+    if not args.write_reports:
+        sys.stdout.write(render(args.output, result, policy, options))
     counts = result.counts()
     print(f"gpupolicy cluster audit: {result.objects} object(s) read, {len(result.results)} GPU workload(s): "
           f"{counts['fail']} failing, {counts['warn']} with warnings, {counts['pass']} passing, "
           f"{counts['skip']} not checked", file=sys.stderr)
+    if args.write_reports:
+        _write_reports(args, result, policy, options)
+        return ExitCode.OK
     return ExitCode.FINDINGS if result.failed else ExitCode.OK
+
+
+def _write_reports(args: argparse.Namespace, result: Audit, policy: AdmissionPolicy, options: Options) -> None:
+    """Apply the reports, delete the stale ones, and say on standard output what was done (one line each)."""
+    from dataclasses import replace
+
+    from cluster import audit_reports
+    from policy.audit import reports
+
+    flavor: reports.Flavor = "openreports" if args.output == "openreports" else "wgpolicy"
+    built = reports.build_reports(result, policy, replace(options, flavor=flavor))
+    done = audit_reports.write_reports(_access(args), flavor, policy.cluster, built)
+    replaced = {(s.kind, s.namespace, s.name) for s in done.plan.replaced}
+    for report in done.plan.apply:
+        meta = report["metadata"]
+        key = (report["kind"], meta.get("namespace", ""), meta["name"])
+        how = "replaced (the policy changed)" if key in replaced else "applied"
+        print(f"{how} {report['kind']} {meta.get('namespace', '') + '/' if meta.get('namespace') else ''}"
+              f"{meta['name']}: {report['summary']['fail']} fail, {report['summary']['warn']} warn, "
+              f"{report['summary']['pass']} pass")
+    for stale in done.deleted:
+        print(f"deleted {stale.kind} {stale.namespace + '/' if stale.namespace else ''}{stale.name}: stale "
+              "(no result there any more)")
 
 
 def _load(path: str) -> ClusterGPUPolicy | None:

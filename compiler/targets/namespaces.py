@@ -4,8 +4,8 @@ Every namespace a rendered object names gets a Namespace, except those every clu
 and, under deploy: gpu-operator, the operator's own, which its install creates and labels. Its Pod Security level is
 the strictest its pods meet (Kubernetes "Pod Security Standards"; the levels are enforced by the namespace labels
 ``pod-security.kubernetes.io/<mode>``): privileged where the tree's node agents run, which mount host paths (device
-plugin, MPS daemon, GPU Feature Discovery, MIG manager, HAMi's plugin); restricted for the webhook and the label
-reconciler, which run as non-root with nothing from the host.
+plugin, MPS daemon, GPU Feature Discovery, MIG manager, HAMi's plugin); restricted for the webhook, the label
+reconciler and the audit, which run as non-root with nothing from the host.
 
 Deleting a Namespace deletes everything in it, so GitOps tools must never prune or delete one: Argo CD's
 ``Prune=false,Delete=false`` sync options (argo-cd docs/user-guide/sync-options.md, "No Prune Resources" and "No
@@ -44,6 +44,8 @@ def needed(resolved: ResolvedPolicy) -> dict[str, str]:
     monitoring_here = spec.monitoring.enabled and spec.monitoring.namespace is None
     if spec.runs_webhook or node_labels.build_plan(resolved).classes or monitoring_here:
         found[spec.admission.namespace] = RESTRICTED
+    if spec.audit.enabled:
+        found[spec.audit_namespace] = RESTRICTED  # the audit CronJob's pods run as the webhook's do
     standalone = plugin.deploy == "standalone"
     if standalone and (resolved.plugin_classes or plugin.labels_nodes):
         found[plugin.namespace] = PRIVILEGED  # device plugins, MPS daemons, GFD, MIG managers

@@ -24,7 +24,6 @@ NAME = "gpupolicy-node-labels"
 PLAN_KEY = "plan.json"
 PLAN_DIR = "/etc/gpupolicy/node-labels"
 METRICS_PORT = 9090
-RUN_AS = 65532
 #: Events about nodes live in the default namespace (where the kubelet records node events).
 EVENTS_NAMESPACE = "default"
 ADMISSION_API = "admissionregistration.k8s.io/v1"
@@ -158,19 +157,10 @@ def _deployment(resolved: ResolvedPolicy, plan_map: str, labels: dict[str, str])
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": 10,
                            "timeoutSeconds": 2},
         "resources": {"requests": {"cpu": "20m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
-        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                            "privileged": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True},
+        "securityContext": objects.restricted_container_security(),
         "volumeMounts": [{"name": "plan", "mountPath": PLAN_DIR, "readOnly": True}],
     }
-    pod_spec = {
-        "serviceAccountName": NAME,
-        "automountServiceAccountToken": True,  # it talks to the API server
-        "enableServiceLinks": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": RUN_AS, "runAsGroup": RUN_AS,
-                            "seccompProfile": {"type": "RuntimeDefault"}},
-        "containers": [container],
-        "volumes": [{"name": "plan", "configMap": {"name": plan_map}}],
-    }
+    pod_spec = objects.service_account_pod(NAME, [container], [{"name": "plan", "configMap": {"name": plan_map}}])
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

@@ -126,3 +126,73 @@ def _reference(ref: ObjectRef) -> dict[str, str]:
     if ref.uid:
         out["uid"] = ref.uid
     return out
+
+
+# --- writing the reports to the cluster (the in-cluster audit): what to apply and what to delete -----------------
+
+#: The field manager of every report write (server-side apply): the reports' fields are this tool's alone.
+FIELD_MANAGER = "gpupolicy-audit"
+#: kind -> (API group, plural, namespaced): what RBAC rules and REST paths name.
+RESOURCES: dict[str, tuple[str, str, bool]] = {
+    "PolicyReport": ("wgpolicyk8s.io", "policyreports", True),
+    "ClusterPolicyReport": ("wgpolicyk8s.io", "clusterpolicyreports", False),
+    "Report": ("openreports.io", "reports", True),
+    "ClusterReport": ("openreports.io", "clusterreports", False),
+}
+
+
+def report_kinds(flavor: Flavor) -> tuple[str, str]:
+    """The namespaced and the cluster-scoped report kind of a flavor."""
+    _, namespaced, cluster_scoped = API_VERSIONS[flavor]
+    return namespaced, cluster_scoped
+
+
+def owned_selector(cluster: str) -> str:
+    """The label selector of the reports this tool wrote for the policy ``cluster``: what a run may replace or delete
+    (never a report another tool, or another policy, wrote)."""
+    return f"app.kubernetes.io/managed-by={SOURCE},{POLICY_LABEL}={cluster}"
+
+
+@dataclass(frozen=True, order=True)
+class StoredReport:
+    """A report found in the cluster under ``owned_selector``."""
+
+    kind: str
+    namespace: str
+    """Empty for a cluster-scoped report."""
+    name: str
+    policy_hash: str = ""
+    resource_version: str = ""
+    """Deleted only as it was listed: a report rewritten meanwhile (a concurrent run) is left to that run."""
+
+    @classmethod
+    def from_object(cls, obj: dict[str, Any], kind: str) -> StoredReport:
+        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
+        return cls(kind, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""),
+                   str(labels.get(HASH_LABEL) or ""), str(metadata.get("resourceVersion") or ""))
+
+
+@dataclass(frozen=True)
+class WritePlan:
+    """One run's writes: every report applied (created, or replaced whole), then the stale ones deleted."""
+
+    apply: tuple[dict[str, Any], ...]
+    delete: tuple[StoredReport, ...]
+    """Reports this tool wrote that no result backs any more: a namespace without GPU workloads now, or a report of
+    an earlier run under another name; sorted."""
+    replaced: tuple[StoredReport, ...] = ()
+    """Reports applied over one with another policy hash (the policy changed since), sorted."""
+
+
+def plan_writes(reports: Iterable[dict[str, Any]], stored: Iterable[StoredReport]) -> WritePlan:
+    """What a run applies and deletes: ``reports`` (build_reports) are applied as they are; every stored report
+    whose kind, namespace and name none of them has is deleted."""
+    wanted = tuple(reports)
+    keys = {(r["kind"], r["metadata"].get("namespace", ""), r["metadata"]["name"]): r for r in wanted}
+    digest = {key: r["metadata"]["labels"][HASH_LABEL] for key, r in keys.items()}
+    found = sorted(set(stored))
+    delete = tuple(s for s in found if (s.kind, s.namespace, s.name) not in keys)
+    replaced = tuple(s for s in found if (s.kind, s.namespace, s.name) in keys
+                     and s.policy_hash != digest[s.kind, s.namespace, s.name])
+    return WritePlan(wanted, delete, replaced)

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from policy.admission import workloads
 from policy.admission.engine import NOT_CHECKED, Decision, Engine
 from policy.spec.diagnostics import Diagnostic
+from policy.spec.model import WorkloadKind
 
 Outcome = Literal["pass", "fail", "warn", "skip"]
 #: Verdicts the audit's engine remembers: a cluster has more distinct templates in flight than the webhook sees at
@@ -107,11 +108,43 @@ class _Judged:
         return self.decision.allowed, tuple(sorted((d.code, d.severity) for d in self.decision.diagnostics))
 
 
-def watched_kinds() -> tuple[tuple[str, str], ...]:
-    """(API group, kind) of every object the engine reads a pod spec from and that runs pods (a PodTemplate runs
-    none; the extensions group is not served since Kubernetes 1.16), sorted: what a live audit lists."""
-    return tuple(sorted((group, kind) for group, kind in workloads.POD_SPEC_PATHS
-                        if kind != "PodTemplate" and group != "extensions"))
+@dataclass(frozen=True, order=True)
+class WatchedKind:
+    """A kind the live audit lists (and the in-cluster audit's ClusterRole grants list on)."""
+
+    group: str
+    kind: str
+    resource: str
+    """Its plural, as RBAC rules and REST paths name it."""
+    field_selector: str = ""
+    """What the list leaves to the API server to skip."""
+
+
+#: Finished pods (Succeeded, Failed) hold no GPU and never start again (``_finished``): the API server leaves them
+#: out of the list, which on a batch cluster is most of its pods (metadata.fieldSelector on status.phase is one of
+#: the fields the pod registry selects on: kubernetes pkg/registry/core/pod/strategy.go ToSelectableFields).
+RUNNING_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+NAMESPACES = WatchedKind("", "Namespace", "namespaces")
+"""Listed beside the workloads: their labels pick the tenants."""
+_BUILT_IN_RESOURCES: Mapping[tuple[str, str], str] = {
+    ("", "Pod"): "pods", ("", "ReplicationController"): "replicationcontrollers",
+    ("apps", "Deployment"): "deployments", ("apps", "ReplicaSet"): "replicasets",
+    ("apps", "StatefulSet"): "statefulsets", ("apps", "DaemonSet"): "daemonsets",
+    ("batch", "Job"): "jobs", ("batch", "CronJob"): "cronjobs",
+}
+
+
+def watched_kinds(workload_kinds: Sequence[WorkloadKind] = ()) -> tuple[WatchedKind, ...]:
+    """Every kind a live audit lists, sorted by group and kind: the built-in objects the engine reads a pod spec
+    from and that run pods (a PodTemplate runs none; the extensions group is not served since Kubernetes 1.16),
+    the workload custom resources of ``workload_kinds`` (the policy's table, policy/spec/workload_kinds.py with the
+    spec's own), and Namespaces. The in-cluster audit's ClusterRole is compiled from this same list."""
+    built_in = [WatchedKind(group, kind, _BUILT_IN_RESOURCES[group, kind],
+                            RUNNING_PODS if (group, kind) == ("", "Pod") else "")
+                for group, kind in workloads.POD_SPEC_PATHS if kind != "PodTemplate" and group != "extensions"]
+    custom = [WatchedKind(k.group, k.kind, k.resource) for k in workload_kinds]
+    found = {(w.group, w.kind): w for w in (NAMESPACES, *built_in, *custom)}
+    return tuple(sorted(found.values()))
 
 
 def namespace_labels(objects: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, str]]:

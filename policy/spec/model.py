@@ -21,7 +21,7 @@ from pydantic.alias_generators import to_camel, to_snake
 from pydantic_core import PydanticCustomError
 
 from policy.hardware import dra, sizing
-from policy.kube import selectors
+from policy.kube import cron, quantity, selectors
 from policy.kube.scheduling import NodeTaint
 from policy.vgpu import hami
 
@@ -939,6 +939,90 @@ class Monitoring(Model):
     """Alert thresholds the spec's own figures (sizing, reserve, replicas) do not decide."""
 
 
+def _schedule(value: str) -> str:
+    problem = cron.schedule_problem(value)
+    if problem:
+        raise PydanticCustomError("invalid-value", "{value} is not a CronJob schedule: {problem}",
+                                  {"value": repr(value), "problem": problem,
+                                   "hint": "write five fields, minute hour day-of-month month day-of-week, e.g. "
+                                           "'17 * * * *' (hourly at :17), or @hourly"})
+    return value
+
+
+#: A CronJob schedule as the API server accepts it: five cron fields or a descriptor (@hourly).
+CronSchedule = Annotated[str, AfterValidator(_schedule)]
+
+
+def _resource_quantity(value: Any) -> str | int:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise PydanticCustomError("wrong-type", "expected a quantity such as 100m or 256Mi",
+                                  {"hint": "write e.g. 500m (CPU) or 512Mi (memory)"})
+    found = quantity.read_quantity(value)
+    if isinstance(found, quantity.Unreadable) or found <= 0:
+        raise PydanticCustomError("invalid-value", "{value} is not a positive quantity",
+                                  {"value": repr(value), "hint": "write e.g. 500m (CPU) or 512Mi (memory)"})
+    return value
+
+
+ResourceQuantity = Annotated[
+    str | int, AfterValidator(_resource_quantity),
+    Field(description="A positive Kubernetes quantity, e.g. 100m (CPU) or 256Mi (memory)."),
+]
+ComputeResource = Literal["cpu", "memory"]
+
+
+class AuditResources(Model):
+    """The audit container's requests and limits; the defaults are sized from bench/audit_bench.py's run on 5,000
+    pods (docs/audit.md#sizing-the-cronjob)."""
+
+    requests: dict[ComputeResource, ResourceQuantity] = {"cpu": "100m", "memory": "256Mi"}
+    """What the scheduler reserves for the audit pod."""
+    limits: dict[ComputeResource, ResourceQuantity] = {"memory": "512Mi"}
+    """The most it may use: past the memory limit the kernel kills it (OOMKilled); no CPU limit by default, so a
+    large cluster's audit runs longer instead of being throttled."""
+
+    @model_validator(mode="after")
+    def _limits_above_requests(self) -> AuditResources:
+        for name, limit in self.limits.items():
+            request = self.requests.get(name)
+            if request is not None and quantity.read_quantity(limit) < quantity.read_quantity(request):  # type: ignore[operator]
+                raise PydanticCustomError(
+                    "invalid-value", "the {name} limit {limit} is below its request {request} (the API server "
+                    "refuses such a pod)", {"name": name, "limit": str(limit), "request": str(request),
+                                            "hint": f"raise limits.{name} to at least {request}, or lower the request"})
+        return self
+
+
+AuditFormat = Literal["policy-report", "openreports"]
+
+
+class ClusterAudit(Model):
+    """An in-cluster audit: a CronJob that runs `gpupolicy cluster audit --write-reports` on a schedule."""
+
+    enabled: StrictBool = False
+    """Compile the audit's CronJob, its RBAC and the spec it reads into audit/ (needs the report CRDs: wg-policy's
+    or OpenReports', e.g. from Policy Reporter or Kyverno)."""
+    schedule: CronSchedule = "17 * * * *"
+    """When it runs: a CronJob schedule (five cron fields, or a descriptor such as @hourly), in the controller
+    manager's time zone; hourly by default, at a minute off the hour, when other CronJobs crowd the API server."""
+    format: AuditFormat = "policy-report"
+    """The reports it writes: wgpolicyk8s.io/v1alpha2 PolicyReports (policy-report) or openreports.io/v1alpha1
+    Reports (openreports)."""
+    fail_only: StrictBool = False
+    """Leave passing workloads out of the reports' results (the summaries still count them)."""
+    max_results: StrictInt = Field(default=500, ge=0, le=1000)
+    """Results per report; the rest are counted in the summary. At about 1 KiB a result, 1,000 keep a report below
+    kube-apiserver's 1.5 MiB request limit, which a larger report would fail to be written past."""
+    resources: AuditResources = AuditResources()
+    """The audit container's requests and limits."""
+    image: str | None = None
+    """The image with the gpupolicy command line; default: the webhook's (admission.image)."""
+    namespace: DnsLabel | None = None
+    """Where the CronJob, its ServiceAccount and the spec's ConfigMap live; default: the webhook's namespace."""
+    active_deadline_seconds: StrictInt = Field(default=900, ge=60, le=86400)
+    """A run still going after this long is stopped (a hung API connection must not hold the next runs off)."""
+
+
 class Spec(Model):
     kubernetes_version: Annotated[str, StringConstraints(pattern=r"^1\.\d+$")] = "1.30"
     """Oldest Kubernetes minor version the output must run on (manifests are validated against it)."""
@@ -956,6 +1040,9 @@ class Spec(Model):
     """NVIDIA's DRA driver, which serves the classes with allocation: dra (read only when a class uses it)."""
     monitoring: Monitoring = Monitoring()
     """Prometheus rules and a Grafana dashboard that watch the cluster against this policy."""
+    audit: ClusterAudit = ClusterAudit()
+    """An in-cluster audit on a schedule: every running GPU workload judged by this policy, written as
+    PolicyReports (opt-in)."""
     create_namespaces: StrictBool = True
     """Write a Namespace for every namespace the tree's objects live in but Kubernetes' own and the GPU Operator's
     (the device plugin's, the webhook's, HAMi's), with the Pod Security level its pods need, never pruned. false where
@@ -979,6 +1066,16 @@ class Spec(Model):
         """The API server has ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA from 1.30): the one
         version gate of gpupolicy's policies and of the node-label reconciler's."""
         return self.kubernetes_minor >= VAP_MINOR
+
+    @property
+    def audit_namespace(self) -> str:
+        """audit.namespace, or the webhook's namespace."""
+        return self.audit.namespace or self.admission.namespace
+
+    @property
+    def audit_image(self) -> str:
+        """audit.image, or the webhook's image (the same command line runs the audit)."""
+        return self.audit.image or self.admission.image
 
     @property
     def runs_webhook(self) -> bool:

@@ -93,3 +93,55 @@ def test_the_schema_check_refuses_what_the_crd_refuses() -> None:
     report["results"][0]["result"] = "denied"  # not in the CRD's enum (pass, fail, warn, error, skip)
     with pytest.raises(AssertionError, match="denied"):
         validate(report)
+
+
+# --- the write plan of the in-cluster audit ----------------------------------------------------------------------
+
+
+def stored(report: dict[str, Any], **changes: str) -> reports.StoredReport:
+    meta = report["metadata"]
+    found = reports.StoredReport(report["kind"], meta.get("namespace", ""), meta["name"],
+                                 meta["labels"][reports.HASH_LABEL], "7")
+    return reports.StoredReport(**{**found.__dict__, **changes})
+
+
+def test_a_first_run_applies_every_report_and_deletes_nothing() -> None:
+    built = build(head_text())
+    plan = reports.plan_writes(built, ())
+    assert plan.apply == tuple(built) and plan.delete == () and plan.replaced == ()
+
+
+def test_a_run_under_a_changed_policy_replaces_the_reports_it_writes_again() -> None:
+    before, after = build(base_text()), build(head_text())
+    plan = reports.plan_writes(after, [stored(r) for r in before])
+    assert plan.apply == tuple(after)
+    # the namespaces with results are the same in both: each report is replaced under the new hash, none deleted
+    assert plan.delete == ()
+    assert plan.replaced == tuple(sorted(stored(r) for r in before))
+    assert {r["metadata"]["labels"][reports.HASH_LABEL] for r in after} != {s.policy_hash for s in plan.replaced}
+
+
+def test_a_report_of_a_namespace_without_results_now_is_deleted() -> None:
+    built = build(head_text())
+    gone = reports.StoredReport("PolicyReport", "retired-team", reports.report_name("mixed-fleet"), "0123", "9")
+    renamed = reports.StoredReport("PolicyReport", "research-nlp", "gpupolicy-old-name", "0123", "3")
+    current = [stored(r) for r in built]
+    plan = reports.plan_writes(built, [*current, gone, renamed])
+    assert plan.delete == (renamed, gone)  # sorted: kind, namespace, name
+    assert plan.replaced == ()
+
+
+def test_the_owned_selector_names_the_tool_and_the_policy() -> None:
+    assert reports.owned_selector("mixed-fleet") == (
+        "app.kubernetes.io/managed-by=gpupolicy,gpupolicy.dev/cluster=mixed-fleet")
+    built = build(head_text())
+    assert all(r["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpupolicy"
+               and r["metadata"]["labels"]["gpupolicy.dev/cluster"] == "mixed-fleet" for r in built)
+
+
+def test_every_report_kind_has_its_resource() -> None:
+    for flavor in ("wgpolicy", "openreports"):
+        namespaced, cluster_scoped = reports.report_kinds(flavor)
+        assert reports.RESOURCES[namespaced][2] and not reports.RESOURCES[cluster_scoped][2]
+        api_version = reports.API_VERSIONS[flavor][0]
+        assert {reports.RESOURCES[k][0] for k in (namespaced, cluster_scoped)} == {api_version.partition("/")[0]}

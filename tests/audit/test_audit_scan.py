@@ -127,9 +127,26 @@ def test_namespaces_missing_from_the_input_get_the_default_rules() -> None:
 
 
 def test_the_live_audit_lists_every_built_in_kind_the_engine_reads_and_no_pod_template() -> None:
-    kinds = scan.watched_kinds()
-    assert ("", "Pod") in kinds and ("apps", "Deployment") in kinds and ("batch", "CronJob") in kinds
+    kinds = {(w.group, w.kind): w for w in scan.watched_kinds()}
+    assert {("", "Pod"), ("", "Namespace"), ("apps", "Deployment"), ("batch", "CronJob")} <= set(kinds)
     assert all(kind != "PodTemplate" and group != "extensions" for group, kind in kinds)
+    assert kinds["", "Pod"].resource == "pods" and kinds["batch", "CronJob"].resource == "cronjobs"
+
+
+def test_the_live_audit_lists_finished_pods_out_at_the_api_server() -> None:
+    selectors = {w.kind: w.field_selector for w in scan.watched_kinds()}
+    assert selectors.pop("Pod") == "status.phase!=Succeeded,status.phase!=Failed"
+    assert set(selectors.values()) == {""}
+
+
+def test_the_live_audit_lists_the_policys_workload_kinds_table() -> None:
+    result = load_policy(base_text(), filename="cluster.yaml")
+    table = build_admission_policy(result.resolved).workload_kinds
+    watched = scan.watched_kinds(table)
+    assert {(k.group, k.kind, k.resource) for k in table} <= {(w.group, w.kind, w.resource) for w in watched}
+    assert ("ray.io", "RayCluster", "rayclusters", "") in {(w.group, w.kind, w.resource, w.field_selector)
+                                                           for w in watched}
+    assert list(watched) == sorted(watched)
 
 
 def test_objects_without_a_gpu_request_have_no_result() -> None:

@@ -109,3 +109,18 @@ def test_a_typed_list_whose_items_omit_their_kind_is_audited_like_a_list(
     document = json.loads(capsys.readouterr().out)
     assert sorted((r["kind"], r["name"]) for r in document["results"]) == [("Pod", "mps-borrower"),
                                                                             ("Pod", "mps-stowaway")]
+
+
+def test_write_reports_writes_to_the_cluster_it_reads_not_to_files(
+        head: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cluster", "audit", "-p", head, "-f", DUMP, "--write-reports"]) == 2
+    assert capsys.readouterr().err == (
+        "gpupolicy cluster audit: error: --write-reports writes to the cluster it reads, not to files\n"
+        "  hint: drop --from-file (or --write-reports, and apply the -O policy-report output yourself)\n")
+
+
+def test_write_reports_writes_report_objects_only(head: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cluster", "audit", "-p", head, "--write-reports", "-O", "json"]) == 2
+    assert capsys.readouterr().err == (
+        "gpupolicy cluster audit: error: --write-reports writes report objects, not json\n"
+        "  hint: pass -O policy-report (the default with --write-reports) or -O openreports\n")

@@ -7,6 +7,7 @@ The server is this module's own: a live audit lists every namespace, so no other
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import sys
@@ -32,13 +33,20 @@ CRDS = sorted((ROOT / "tests" / "fixtures" / "policy-reports").glob("*.yaml"))
 INSTANCE = ("uid", "resourceVersion", "creationTimestamp")
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI]:
-    with running_api_server(tmp_path_factory.mktemp("audit")) as server:
+@contextlib.contextmanager
+def audited_server(directory: Path) -> Iterator[KubeAPI]:
+    """A server of its own with the report CRDs installed and the mixed-fleet dump stored."""
+    with running_api_server(directory) as server:
         for path in CRDS:
             server.kubectl("apply", "--server-side", "-f", str(path))
         server.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
         store(server, build_audit_dumps.mixed_fleet())
+        yield server
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeAPI]:
+    with audited_server(tmp_path_factory.mktemp("audit")) as server:
         yield server
 
 
