@@ -26,6 +26,7 @@ Memory: per node its name and a tuple of the selected keys' values (interned: a 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -67,7 +68,7 @@ class CacheObserver:
     def event_seen(self, when: float) -> None: ...
 
 
-class _Relist(Exception):
+class Relist(Exception):
     """The watch's resourceVersion is gone (410), or the keys changed: list again, at once."""
 
 
@@ -99,6 +100,7 @@ class NodeCache:
         self._wanted = self._table.keys
         self._state = CacheState(False, 0, None, "not listed yet")
         self._thread: threading.Thread | None = None
+        self._watching: Any = None  # the open watch response, for close()
 
     # --- what the webhook asks -------------------------------------------------------------------------------
 
@@ -153,6 +155,14 @@ class NodeCache:
             self._thread.start()
         return self._thread
 
+    def close(self) -> None:
+        """Stop: the loop ends now rather than at the open watch's next event or its end (its socket is shut)."""
+        self.stop.set()
+        response = self._watching
+        if response is not None:
+            with contextlib.suppress(AttributeError, OSError):
+                response.shutdown()  # urllib3 >= 2.3: unblocks the read in the watch thread
+
     def run(self) -> None:
         delay = self.backoff_seconds
         while not self.stop.is_set():
@@ -161,9 +171,11 @@ class NodeCache:
                 delay = self.backoff_seconds
                 while not self.stop.is_set():
                     version = self.watch(version)
-            except _Relist:
+            except Relist:
                 continue
             except Exception as err:
+                if self.stop.is_set():
+                    return
                 if getattr(err, "status", None) == 410:  # Gone as the watch's (or a page's) own answer
                     continue  # the API unreachable, refused (401, 403), a 5xx, a broken stream: back off
                 self._set_state(False, f"listing or watching nodes failed ({_reason(err)})")
@@ -199,7 +211,7 @@ class NodeCache:
 
     def watch(self, version: str) -> str:
         """One watch from ``version`` until the server ends it; returns the last resourceVersion seen. Raises
-        _Relist on an ERROR event (410 Gone) or once the keys to keep changed. The raw stream is read, as the
+        Relist on an ERROR event (410 Gone) or once the keys to keep changed. The raw stream is read, as the
         node-label reconciler reads it (cluster/reconciler.py says why)."""
         from kubernetes.watch.watch import iter_resp_lines
 
@@ -208,29 +220,31 @@ class NodeCache:
                                       _headers={"Accept": WATCH_ACCEPT},
                                       _request_timeout=(self.request_timeout_seconds,
                                                         self.watch_timeout_seconds + self.request_timeout_seconds))
+        self._watching = response
         try:
             for line in iter_resp_lines(response):
                 if self.stop.is_set():
                     return version
                 if self._table.keys != self._wanted:
-                    raise _Relist()
+                    raise Relist()
                 event = json.loads(line) if line else {}
                 version = self.apply(event) or version
         finally:
+            self._watching = None
             response.close()
             response.release_conn()
         if self._table.keys != self._wanted:
-            raise _Relist()
+            raise Relist()
         return version
 
     def apply(self, event: Mapping[str, Any]) -> str | None:
-        """One watch event into the table; returns its object's resourceVersion. Raises _Relist on ERROR."""
+        """One watch event into the table; returns its object's resourceVersion. Raises Relist on ERROR."""
         kind, obj = event.get("type"), event.get("object")
         if not isinstance(obj, Mapping):
             obj = {}
         if kind == "ERROR":  # 410 Gone ("too old resource version") or another Status: only a list recovers
             LOG.info("node watch ended by the API server (%s); listing again", obj.get("message") or obj.get("code"))
-            raise _Relist()
+            raise Relist()
         meta = obj.get("metadata") or {}
         name = meta.get("name")
         table = self._table
