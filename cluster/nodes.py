@@ -86,7 +86,7 @@ class NodeCache:
     def __init__(self, api: CoreV1Api, keys: Iterable[str] = (), *, observer: CacheObserver | None = None,
                  page_size: int = 100, watch_timeout_seconds: int = 60, request_timeout_seconds: float = 10.0,
                  backoff_seconds: float = 1.0, max_backoff_seconds: float = 30.0, fetch_timeout_seconds: float = 0.25,
-                 max_fetches: int = 2, clock: Callable[[], float] = time.time) -> None:
+                 max_fetches: int = 1, clock: Callable[[], float] = time.time) -> None:
         self.api = api
         self.observer = observer or CacheObserver()
         self.page_size = page_size
@@ -307,7 +307,20 @@ def client_from(kubeconfig: str | None) -> CoreV1Api:
 
 def cache_factory(kubeconfig: str | None, **options: Any) -> Callable[[CacheObserver], NodeCache]:
     """What each webhook worker calls after the fork: a cache with its own client, not started (the webhook gives
-    it the policy's label keys first, then starts it)."""
+    it the policy's label keys first, then starts it). The configuration is read once here, before any worker
+    starts, so a missing kubeconfig or ServiceAccount token is one error at start (ClusterError), not a worker
+    that dies at every boot."""
+    from kubernetes.config.config_exception import ConfigException
+
+    from cluster import ClusterError
+
+    try:
+        client_from(kubeconfig)  # reads files only: no connection is made
+    except (ConfigException, OSError) as err:
+        where = f"the kubeconfig {kubeconfig}" if kubeconfig else "the pod's ServiceAccount (in-cluster config)"
+        raise ClusterError(f"the node cache cannot read {where}: {err}",
+                           "give --kubeconfig, run in a pod with a ServiceAccount token, or pass --no-node-cache") \
+            from None
 
     def make(observer: CacheObserver) -> NodeCache:
         return NodeCache(client_from(kubeconfig), observer=observer, **options)

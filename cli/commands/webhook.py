@@ -111,10 +111,14 @@ def _serve(args: argparse.Namespace) -> int:
     if settings.node_cache:
         # The one place the webhook meets the live-cluster code: each worker builds its cache from this after the
         # fork (pyproject.toml's contracts sanction this import and no other).
+        from cluster import ClusterError
         from cluster.nodes import cache_factory
 
-        nodes = cache_factory(str(settings.kubeconfig) if settings.kubeconfig else None,
-                              fetch_timeout_seconds=settings.node_fetch_timeout_seconds)
+        try:
+            nodes = cache_factory(str(settings.kubeconfig) if settings.kubeconfig else None,
+                                  fetch_timeout_seconds=settings.node_fetch_timeout_seconds)
+        except ClusterError as err:
+            raise _UsageError(f"{err.message} ({err.hint})") from None
     try:
         return serve.run(settings, nodes=nodes)
     except SettingsError as err:
