@@ -305,10 +305,24 @@ def create(api: KubeAPI, obj: Obj, *, dry: bool = False) -> Any:
     return api.request("POST", f"/api/v1/namespaces/{obj['metadata']['namespace']}/pods{suffix}", obj)
 
 
+def unpinned(name: str, pool: str) -> Obj:
+    obj = pod(name, "")
+    del obj["spec"]["nodeName"]
+    obj["spec"]["nodeSelector"] = {"node-pool": pool}
+    return obj
+
+
 @pytest.fixture(scope="module")
 def fleet(api: KubeAPI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Webhook]:
+    """The webhook with its node cache as the compiled ServiceAccount, beside the compiled ValidatingAdmissionPolicies
+    (mixed-fleet's engine is both, its failurePolicy Fail: the API server runs them first)."""
     ensure_namespace(api, SANDBOX, {"gpu-tier": "sandbox"})
     Nodes(api).clear()
+    for path in sorted(ADMISSION.glob("validatingadmissionpolicy*.yaml")):
+        api.kubectl("apply", "--server-side", "-f", str(path))
+    # In effect once an unpinned pod on a class dev may not use is denied by the policies themselves.
+    poll(lambda: "ValidatingAdmissionPolicy" in create(api, unpinned("vap-probe", "h100-train"), dry=True).message
+         or None, timeout=60, what="the compiled policies to take effect")
     with webhook_serving(api, tmp_path_factory.mktemp("webhook-node-cache"), "--node-cache",
                          "--kubeconfig", str(api.kubeconfig_of(IDENTITY))) as webhook:
         yield webhook
@@ -321,9 +335,11 @@ def test_a_pinned_pod_is_judged_on_its_nodes_class(api: KubeAPI, fleet: Webhook)
     nodes.add(node("h100-train-1", **{"node-pool": "h100-train"}))
     poll(lambda: "gpupolicy_node_cache_nodes 2.0" in fleet.metrics() or None, what="the nodes in the cache")
     assert "gpupolicy_node_cache_synced 1.0" in fleet.metrics()
-    # On a node of t4-dev, the one class tenant dev may use: admitted (judged on every class, it was denied).
+    # On a node of t4-dev, the one class tenant dev may use: admitted (judged on every class, it was denied), by
+    # the policies, which leave it to the webhook, and by the webhook.
     admitted = create(api, pod("on-t4", "t4-dev-1"))
     assert admitted.status == 201, admitted.body
+    assert create(api, unpinned("off-t4", "h100-train"), dry=True).status == 403  # the policies still hold
     # On a node of h100-train, which dev may not use: denied, naming the node and its class.
     denied = create(api, pod("on-h100", "h100-train-1"))
     assert denied.status == 403, denied.body
