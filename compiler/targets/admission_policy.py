@@ -102,8 +102,8 @@ NOT_DECIDED: tuple[tuple[str, str], ...] = (
      "webhook, which reads every template of the workload-kinds table"),
     ("pods naming their node", "a pod with spec.nodeName is judged on exactly the classes its node's labels select, "
      "which only the webhook's node cache knows (CEL cannot read a Node); beside a webhook with failurePolicy Fail "
-     "the policies leave such pods to it (were it down, they are refused), alone or beside an Ignore webhook they "
-     "judge them on every class the pod may reach"),
+     "and its node cache (admission.nodeCache) the policies leave such pods to it (were it down, they are refused), "
+     "otherwise they judge them on every class the pod may reach"),
     ("pods beyond the cost envelope", "a pod larger than the envelope the cost is estimated for "
      "(docs/validating-admission-policy.md) may exhaust the API server's CEL budget; failurePolicy then decides "
      "(Ignore beside the webhook, which then decides)"),
@@ -238,11 +238,11 @@ class _Facts:
 
 
 def leaves_pinned_pods(spec: Spec) -> bool:
-    """Whether the policies leave pods naming their node (spec.nodeName) to the webhook: beside it (engine both), and
-    only where it fails closed, so a pinned pod is never admitted unjudged while the webhook is down. The webhook
-    judges such a pod on its node's classes (node cache, docs/admission.md §5), which the policies cannot: judged on
-    every class the pod may reach, they would refuse pinned pods the webhook admits."""
-    return spec.admission_engine == "both" and spec.admission.failure_policy == "Fail"
+    """Whether the policies leave pods naming their node (spec.nodeName) to the webhook: beside it (engine both) with
+    its node cache (admission.nodeCache), and only where it fails closed, so a pinned pod is never admitted unjudged
+    while the webhook is down. The webhook judges such a pod on its node's classes (docs/admission.md §5), which the
+    policies cannot: judged on every class the pod may reach, they would refuse pinned pods the webhook admits."""
+    return spec.admission_engine == "both" and spec.admission.failure_policy == "Fail" and spec.admission.node_cache
 
 
 def _data(policy: offers.AdmissionPolicy) -> list[tuple[str, str]]:

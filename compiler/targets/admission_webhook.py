@@ -192,7 +192,7 @@ def render_admission(resolved: ResolvedPolicy) -> list[Obj]:
     )
     out = [
         _service_account(policy),
-        *_node_reader(policy),
+        *(_node_reader(policy) if admission.node_cache else ()),
         policy_map,
         _deployment(policy, policy_map["metadata"]["name"]),
         _service(policy),
@@ -278,8 +278,9 @@ def _pod_spec_of_webhook(policy: ClusterGPUPolicy, policy_configmap: str) -> Obj
     admission = policy.spec.admission
     return {
         "serviceAccountName": NAME,
-        # The node cache's token (a bound, rotated one: the kubelet refreshes it and the client re-reads it).
-        "automountServiceAccountToken": True,
+        # The node cache's token (a bound, rotated one: the kubelet refreshes it and the client re-reads it); with
+        # no cache the webhook never calls the API server and holds no token.
+        "automountServiceAccountToken": admission.node_cache,
         "enableServiceLinks": False,
         # Gatekeeper's choice for a Fail webhook: it must not be preempted by the workloads it admits.
         "priorityClassName": "system-cluster-critical",
@@ -372,9 +373,8 @@ def _container(policy: ClusterGPUPolicy) -> Obj:
         "env": [
             # prometheus_client's directory for per-worker metrics under gunicorn (the root is read-only).
             {"name": "PROMETHEUS_MULTIPROC_DIR", "value": "/var/run/gpupolicy/prometheus"},
-            # Pinned pods (spec.nodeName) judged on their node's classes (docs/admission.md §5); "false" in an
-            # overlay turns it off (the ClusterRole then grants what nothing uses).
-            {"name": "GPUPOLICY_NODE_CACHE", "value": "true"},
+            # Pinned pods (spec.nodeName) judged on their node's classes (docs/admission.md §5).
+            {"name": "GPUPOLICY_NODE_CACHE", "value": "true" if admission.node_cache else "false"},
         ],
         "ports": [
             {"name": "https", "containerPort": PORT, "protocol": "TCP"},
@@ -456,7 +456,9 @@ def _network_policy(policy: ClusterGPUPolicy) -> Obj:
     # address is the kubernetes Service's endpoint after kube-proxy's DNAT, which cannot be named portably
     # (apiServerCidrs says where the API server's calls come from, which behind konnectivity or a managed control
     # plane is not where it listens), so the rule is by port: 443 (managed control planes, the Service's port) and
-    # 6443 (kubeadm's secure port).
+    # 6443 (kubeadm's secure port). Without the node cache (admission.nodeCache: false) no egress at all: `Egress` in
+    # policyTypes with no `egress` field denies all (k8s.io/api networking/v1 NetworkPolicySpec), and the field is
+    # left out rather than written `[]`, which the API server stores as none (every sync would write it again).
     rule: Obj = {"ports": [{"port": PORT, "protocol": "TCP"}]}
     cidrs = policy.spec.admission.api_server_cidrs
     if cidrs:
@@ -471,7 +473,7 @@ def _network_policy(policy: ClusterGPUPolicy) -> Obj:
             "podSelector": {"matchLabels": _selector()},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [rule, scrape],
-            "egress": [api_server],
+            **({"egress": [api_server]} if policy.spec.admission.node_cache else {}),
         },
     }
 

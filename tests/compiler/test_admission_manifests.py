@@ -403,6 +403,19 @@ def test_the_service_maps_443_to_the_named_serving_port_and_exposes_the_metrics_
 SCRAPE_RULE = {"from": [{"namespaceSelector": {}}], "ports": [{"port": 9090, "protocol": "TCP"}]}
 
 
+def test_without_the_node_cache_the_webhook_gets_no_rbac_no_token_and_no_egress() -> None:
+    objects = render_admission(policy_with(nodeCache=False))
+    kinds = {obj["kind"] for obj in objects}
+    assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
+    deployment = next(obj for obj in objects if obj["kind"] == "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert {"name": "GPUPOLICY_NODE_CACHE", "value": "false"} in spec["containers"][0]["env"]
+    network = next(obj for obj in objects if obj["kind"] == "NetworkPolicy")["spec"]
+    # Egress isolated with no rule: all egress denied (an `egress: []` would not be stored by the API server)
+    assert network["policyTypes"] == ["Ingress", "Egress"] and "egress" not in network
+
+
 def test_the_network_policy_admits_the_serving_port_from_anywhere_metrics_from_pods_and_egress_to_the_api_server(
     fleet: ClusterGPUPolicy,
 ) -> None:

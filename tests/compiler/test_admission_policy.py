@@ -638,6 +638,14 @@ def test_pods_naming_their_node_are_left_to_a_fail_closed_webhook_and_judged_on_
     assert not admission_policy.leaves_pinned_pods(alone.spec)
     verdict = cel_verdict(tuple(render_admission_policies(resolve(alone))), pinned, **dev)
     assert verdict.findings == {"tenant-sharing-mode-denied": "error"}
+    # Beside a webhook without its node cache, which judges the pod so too.
+    text = (CLUSTERS / "mixed-fleet" / "cluster.yaml").read_text()
+    text = text.replace("  admission:\n", "  admission:\n    nodeCache: false\n")
+    uncached = load_policy(text, filename="cluster.yaml").policy
+    assert uncached is not None and not uncached.spec.admission.node_cache
+    assert not admission_policy.leaves_pinned_pods(uncached.spec)
+    verdict = cel_verdict(tuple(render_admission_policies(resolve(uncached))), pinned, **dev)
+    assert verdict.findings == {"tenant-sharing-mode-denied": "error"}
 
 
 @pytest.mark.parametrize("resources", [{"limits": {"nvidia.com/gpu": "1500m"}}, {"limits": {"nvidia.com/gpu": -1}},
