@@ -15,7 +15,9 @@ What the API server is asked, and why:
   nodes with 32 labels each and three managers' managedFields is 3.0 MB and 71 ms to parse, so pages are of 100
   (about 14 ms);
 - the watch from the list's resourceVersion, with bookmarks, for at most ``watch_timeout_seconds``; an ERROR event
-  (410 Gone: the version was compacted away) re-lists at once, keeping the old labels meanwhile; any other failure
+  (410 Gone: the version was compacted away) re-lists at once (after the backoff when the last list is under
+  RELIST_SPACING_SECONDS old, so a server ending every watch at once gets no list in a loop), keeping the old
+  labels meanwhile; any other failure
   marks the cache unsynced (lookups answer "unknown" and the webhook keeps its conservative stance) and retries
   after a backoff doubling to ``max_backoff_seconds``;
 - a node missing from a synced cache may have been created a moment ago, before its ADDED event arrived: one GET
@@ -49,6 +51,8 @@ LIST_ACCEPT = "application/json;as=PartialObjectMetadataList;v=v1;g=meta.k8s.io,
 WATCH_ACCEPT = "application/json;as=PartialObjectMetadata;v=v1;g=meta.k8s.io,application/json"
 
 Outcome = Literal["cached", "fetched", "absent", "unknown"]
+#: A list again within this of the last one waits its backoff first (the watch ended at once).
+RELIST_SPACING_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -167,22 +171,34 @@ class NodeCache:
 
     def run(self) -> None:
         delay = self.backoff_seconds
+        listed_at = -RELIST_SPACING_SECONDS
         while not self.stop.is_set():
             try:
+                listed_at = time.monotonic()
                 version = self.relist()
-                delay = self.backoff_seconds
                 while not self.stop.is_set():
                     version = self.watch(version)
             except Relist:
-                continue
+                pass
             except Exception as err:
                 if self.stop.is_set():
                     return
-                if getattr(err, "status", None) == 410:  # Gone as the watch's (or a page's) own answer
-                    continue  # the API unreachable, refused (401, 403), a 5xx, a broken stream: back off
-                self._set_state(False, f"listing or watching nodes failed ({_reason(err)})")
+                if getattr(err, "status", None) != 410:  # Gone as the watch's (or a page's) answer lists again
+                    # The API unreachable, refused (401, 403), a 5xx, a broken stream: unsynced, back off (from the
+                    # start again if the watch had held a while).
+                    if time.monotonic() - listed_at >= RELIST_SPACING_SECONDS:
+                        delay = self.backoff_seconds
+                    self._set_state(False, f"listing or watching nodes failed ({_reason(err)})")
+                    self.stop.wait(delay)
+                    delay = min(delay * 2, self.max_backoff_seconds)
+                    continue
+            # A relist (410 Gone, new keys) at once, unless the last list was a moment ago: a server that ends every
+            # watch at once must not get a full list in a loop, so those back off too.
+            if time.monotonic() - listed_at < RELIST_SPACING_SECONDS:
                 self.stop.wait(delay)
                 delay = min(delay * 2, self.max_backoff_seconds)
+            else:
+                delay = self.backoff_seconds
 
     def relist(self) -> str:
         """List every node, page by page, into a new table (swapped in whole); returns the list's resourceVersion."""
