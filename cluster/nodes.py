@@ -13,19 +13,18 @@ What the API server is asked, and why:
 - the list in pages of ``page_size`` (limit/continue), so no single response nor JSON parse (which holds the GIL
   and so the worker's event loop) grows with the cluster: measured on the 2-core machine under load, a page of 500
   nodes with 32 labels each and three managers' managedFields is 3.0 MB and 71 ms to parse, so pages are of 100
-  (about 14 ms);
+  (about 14 ms; a page in flight takes 3 MB at most);
 - the watch from the list's resourceVersion, with bookmarks, for at most ``watch_timeout_seconds``; an ERROR event
   (410 Gone: the version was compacted away) re-lists at once (after the backoff when the last list is under
   RELIST_SPACING_SECONDS old, so a server ending every watch at once gets no list in a loop), keeping the old
-  labels meanwhile; any other failure
-  marks the cache unsynced (lookups answer "unknown" and the webhook keeps its conservative stance) and retries
-  after a backoff doubling to ``max_backoff_seconds``;
+  labels meanwhile; any other failure marks the cache unsynced (lookups answer "unknown" and the webhook keeps its
+  conservative stance) and retries after a backoff doubling to ``max_backoff_seconds``;
 - a node missing from a synced cache may have been created a moment ago, before its ADDED event arrived: one GET
   of that node, within the review's deadline and at most ``fetch_timeout_seconds``, ``max_fetches`` at once,
   decides between "fetched" (its labels) and "absent" (404); anything else is "unknown".
 
 Memory: per node its name and a tuple of the selected keys' values (interned: a pool's nodes share them), about
-250 bytes; 5,000 nodes with 3 selected keys took 1.2 MB (tracemalloc, the nodes above), a page in flight 3 MB more.
+250 bytes; 5,000 nodes with 3 selected keys took 1.2 MB (tracemalloc, the nodes above).
 """
 
 from __future__ import annotations
