@@ -13,7 +13,7 @@ What the API server is asked, and why:
 - the list in pages of ``page_size`` (limit/continue), so no single response nor JSON parse (which holds the GIL
   and so the worker's event loop) grows with the cluster: measured on the 2-core machine under load, a page of 500
   nodes with 32 labels each and three managers' managedFields is 3.0 MB and 71 ms to parse, so pages are of 100
-  (about 14 ms; a page in flight takes 3 MB at most);
+  (about 14 ms and 0.6 MB a page);
 - the watch from the list's resourceVersion, with bookmarks, for at most ``watch_timeout_seconds``; an ERROR event
   (410 Gone: the version was compacted away) re-lists at once (after the backoff when the last list is under
   RELIST_SPACING_SECONDS old, so a server ending every watch at once gets no list in a loop), keeping the old
