@@ -189,6 +189,9 @@ IDENTITIES: dict[str, Identity] = {
                        ("system:serviceaccounts", "system:serviceaccounts:argocd")),
     "flux": Identity("system:serviceaccount:flux-system:kustomize-controller",
                      ("system:serviceaccounts", "system:serviceaccounts:flux-system")),
+    # the compiled webhook's ServiceAccount (admission.namespace gpupolicy-system): its node cache's identity
+    "gpupolicy-webhook": Identity("system:serviceaccount:gpupolicy-system:gpupolicy-webhook",
+                                  ("system:serviceaccounts", "system:serviceaccounts:gpupolicy-system")),
 }
 #: group system:masters: what RBAC's bootstrap policy binds to cluster-admin
 ADMIN = Identity("admin", ("system:masters",))

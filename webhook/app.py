@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from werkzeug.exceptions import HTTPException, MethodNotAllowed
 
 from webhook import metrics as webhook_metrics
+from webhook import nodes as webhook_nodes
 from webhook import review, routes
 from webhook import store as webhook_store
 from webhook.context import EXTENSION, VALIDATE_ENDPOINT, current_webhook, status_response
@@ -28,21 +29,29 @@ def create_app(
     store: webhook_store.PolicyStore | None = None,
     registry: CollectorRegistry | None = None,
     drain: DrainFlag | None = None,
+    nodes: webhook_nodes.NodeSourceFactory | None = None,
 ) -> Flask:
     """Build the webhook app.
 
     store defaults to one reading settings.policy_file (or spec_file); registry to a fresh
     CollectorRegistry, never prometheus_client's global one, so two apps in one process share nothing;
     drain to one of this app alone (serve.py passes one that all workers share).
-    The policy is loaded here; an invalid one leaves the app running and unready.
+    The policy is loaded here; an invalid one leaves the app running and unready. ``nodes`` builds the node
+    cache (given the metrics it reports to); it is given each policy's label keys and started here.
     """
     settings = settings or Settings()
     if store is None:
         store = _store_from(settings)
     metrics = webhook_metrics.Metrics(registry or CollectorRegistry(), multiprocess_dir=settings.metrics_dir)
-    webhook = Webhook(settings, store, metrics, drain or DrainFlag())
+    source = nodes(metrics) if nodes is not None else None
+    webhook = Webhook(settings, store, metrics, drain or DrainFlag(), source)
     store.subscribe(metrics)
+    if source is not None:
+        metrics.state_changed(source.state)
+        store.subscribe(webhook_nodes.KeysFollowPolicy(source))
     store.refresh()
+    if source is not None:
+        source.start()
 
     app = Flask("gpupolicy.webhook")
     # Werkzeug refuses a larger body with 413 before reading it (Request.max_content_length).

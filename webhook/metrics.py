@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client import values as prometheus_values
 from prometheus_client.metrics_core import Metric
 
+from webhook import nodes as webhook_nodes
 from webhook import review, store
 
 #: Admission handling is pure and in memory: the interesting range is 0.5 ms to a few ms (webhook.md §6),
@@ -83,6 +84,28 @@ class Metrics:
             "busy), evicted (idle longest, closed for a new one at the limit).",
             ["reason"], registry=registry,
         )
+        self.node_cache_synced = Gauge(
+            "gpupolicy_node_cache_synced",
+            "1 while the node cache is synced (a list succeeded and its watch holds); 0 while pinned pods are judged "
+            "on every class they may reach. The lowest across workers.",
+            registry=registry, multiprocess_mode="livemin",
+        )
+        self.node_cache_nodes = Gauge(
+            "gpupolicy_node_cache_nodes", "Nodes in the node cache (the highest across workers).",
+            registry=registry, multiprocess_mode="livemax",
+        )
+        self.node_cache_last_event = Gauge(
+            "gpupolicy_node_cache_last_event_timestamp_seconds",
+            "Unix time of the node cache's last list, watch event or bookmark (the oldest across workers): "
+            "time() minus this is its age.",
+            registry=registry, multiprocess_mode="livemin",
+        )
+        self.node_lookups = Counter(
+            "gpupolicy_node_lookups",
+            "Pinned pods' nodes looked up, by result: cached, fetched (a GET found a node the cache lacked), absent "
+            "(no such node), unknown (cache not synced, or the GET failed: judged on every class).",
+            ["result"], registry=registry,
+        )
         self._policy_labels: tuple[str, str] | None = None
         self._decision_children: dict[tuple[str, str, str, str], Counter] = {}
 
@@ -111,6 +134,18 @@ class Metrics:
 
     def certificate_reload_failed(self) -> None:
         self.certificate_reloads.labels("failure").inc()
+
+    # --- cluster.nodes.CacheObserver -----------------------------------------------------------------------
+
+    def state_changed(self, state: webhook_nodes.CacheState) -> None:
+        self.node_cache_synced.set(1 if state.synced else 0)
+        self.node_cache_nodes.set(state.nodes)
+
+    def event_seen(self, when: float) -> None:
+        self.node_cache_last_event.set(when)
+
+    def node_lookup(self, outcome: str) -> None:
+        self.node_lookups.labels(outcome).inc()
 
     # --- requests ---------------------------------------------------------------------------------------
 

@@ -458,23 +458,26 @@ class Verdict:
 
 
 def decide(review: Review, evaluator: Evaluator, *, tenants: Sequence[str] = (),
-           expired: budget.Expired = budget.never) -> Verdict:
+           expired: budget.Expired = budget.never,
+           nodes: Mapping[str, Mapping[str, str] | None] | None = None) -> Verdict:
     """Evaluate a review, or skip what a GPU policy never judges.
 
     Skipped, and allowed: DELETE and CONNECT (a webhook must never block deletes: Kyverno #4686) and every
     subresource (scale, status, ephemeralcontainers: none carries a pod template's GPU requests). A dryRun
     review is evaluated like any other, so `kubectl apply --dry-run=server` sees the real verdict. A review
-    whose budget runs out (``expired``) is denied: see over_budget.
+    whose budget runs out (``expired``) is denied: see over_budget. ``nodes``: what the node cache knows of the
+    node the object names (webhook/nodes.py), passed to the engine only when there is something to pass.
     """
     if review.operation in ("DELETE", "CONNECT"):
         return Verdict(allowed=True, rules=((NO_RULE, "skip"),), skipped=f"operation {review.operation}")
     if review.sub_resource:
         return Verdict(allowed=True, rules=((NO_RULE, "skip"),), skipped=f"subresource {review.sub_resource}")
     assert review.object is not None  # parse_review guarantees it for CREATE and UPDATE
+    extra = {"nodes": nodes} if nodes is not None else {}
     try:
         decision = evaluator.evaluate(
             review.object, tenants=tuple(tenants), operation=review.operation, old_obj=review.old_object,
-            expired=expired,
+            expired=expired, **extra,
         )
     except budget.OverBudget as over:
         return over_budget(review, over.step)

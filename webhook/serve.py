@@ -21,6 +21,7 @@ from gunicorn.app.base import BaseApplication
 from gunicorn.arbiter import Arbiter
 
 from webhook import balance, connection, tls
+from webhook.nodes import NodeSourceFactory
 from webhook.settings import Settings, SettingsError
 
 log = logging.getLogger("gpupolicy.webhook.serve")
@@ -30,10 +31,13 @@ WORKER_TIMEOUT_SECONDS = 30
 LARGE_BODY_SLOTS = 4
 
 
-def run(settings: Settings, *, application: type[WebhookServer] | None = None) -> int:
+def run(settings: Settings, *, application: type[WebhookServer] | None = None,
+        nodes: NodeSourceFactory | None = None) -> int:
     """Serve until SIGTERM (drain, then exit 0) or SIGINT. Raises SettingsError for unusable certificates.
 
-    application replaces WebhookServer (the benchmarks' floors load another app on the same stack).
+    application replaces WebhookServer (the benchmarks' floors load another app on the same stack); nodes builds
+    each worker's node cache after the fork (the command line passes cluster.nodes' factory when
+    settings.node_cache is on).
     """
     if settings.cert_file is None or settings.key_file is None:
         raise SettingsError("the webhook serves TLS only: give --cert-dir, or --cert and --key")
@@ -46,7 +50,8 @@ def run(settings: Settings, *, application: type[WebhookServer] | None = None) -
     metrics_dir, owned = _prepare_metrics_dir(settings)
     master = os.getpid()
     try:
-        (application or WebhookServer)(dataclasses.replace(settings, metrics_dir=metrics_dir), reloader).run()
+        (application or WebhookServer)(dataclasses.replace(settings, metrics_dir=metrics_dir), reloader,
+                                       nodes=nodes).run()
     finally:
         # Workers are forked from inside run() and unwind through here too when they exit: only the
         # master may remove the directory they all write to.
@@ -116,11 +121,13 @@ def _address(bind: str, port: int) -> str:
 class WebhookServer(BaseApplication):  # type: ignore[misc]
     """gunicorn configured in code: no config file, no command line of its own."""
 
-    def __init__(self, settings: Settings, reloader: tls.CertificateReloader) -> None:
+    def __init__(self, settings: Settings, reloader: tls.CertificateReloader, *,
+                 nodes: NodeSourceFactory | None = None) -> None:
         from webhook.state import DrainFlag
 
         self.settings = settings
         self.reloader = reloader
+        self.nodes = nodes
         self.drain = DrainFlag()  # shared memory, created before the fork
         self.counts = balance.ConnectionCounts()  # likewise: how the workers spread connections (balance.py)
         super().__init__()
@@ -175,11 +182,13 @@ class WebhookServer(BaseApplication):  # type: ignore[misc]
                 self.cfg.set(key, value)
 
     def load(self) -> Any:
-        """Runs in each worker after the fork: its own store, metrics and Flask app."""
+        """Runs in each worker after the fork: its own store, metrics, Flask app and node cache (a watch thread of
+        each worker's own: a client's connections must not cross the fork, and one cache per process costs about
+        1 MB and one watch for 5,000 nodes, against a shared one's inter-process reads on every pinned pod)."""
         from webhook.app import create_app
         from webhook.context import EXTENSION
 
-        app = create_app(self.settings, drain=self.drain)
+        app = create_app(self.settings, drain=self.drain, nodes=self.nodes)
         self.metrics = app.extensions[EXTENSION].metrics
         self.reloader.observe(self.metrics)
         return app

@@ -81,6 +81,16 @@ class Settings:
     """Log admitted objects' contents at debug level (off: logs carry names, never specs or secrets)."""
     metrics_dir: Path | None = None
     """prometheus_client multiprocess directory (PROMETHEUS_MULTIPROC_DIR); serve.py fills it in."""
+    node_cache: bool = False
+    """Keep the labels of every Node (the keys the classes select by) from a list and watch, so a pod naming its
+    node (spec.nodeName) is judged on exactly that node's classes (docs/admission.md §5). Off: such a pod is judged
+    on every class it may reach. The compiled Deployment turns it on, with get/list/watch on nodes and nothing
+    else; off by default here, so a local `webhook serve` reaches for no cluster."""
+    kubeconfig: Path | None = None
+    """Where the node cache finds the API server and its credentials; none: the pod's ServiceAccount."""
+    node_fetch_timeout_seconds: float = 0.25
+    """The longest GET of one node a synced cache lacks (created a moment ago); never more than half the review's
+    remaining budget."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **flags: Any) -> Settings:
@@ -130,6 +140,8 @@ class Settings:
         for name in ("reload_interval_seconds", "drain_seconds", "graceful_timeout_seconds", "keepalive_seconds"):
             if getattr(self, name) < 0:
                 raise SettingsError(f"{name.replace('_', ' ')} must not be negative")
+        if not 0 < self.node_fetch_timeout_seconds <= self.review_budget_seconds:
+            raise SettingsError("the node fetch timeout must be more than 0 and at most the review budget")
         for name in ("header_timeout_seconds", "request_timeout_seconds"):
             if not 0 < getattr(self, name) <= 300:  # also refuses nan and inf
                 raise SettingsError(f"{name.replace('_', ' ')} must be more than 0 and at most 300")
@@ -162,7 +174,8 @@ _CONVERTERS: dict[str, Callable[[str], Any]] = {
     "port": int, "metrics_port": int, "workers": int, "threads": int, "max_content_length": int, "max_connections": int,
     "reload_interval_seconds": float, "drain_seconds": float, "graceful_timeout_seconds": float,
     "keepalive_seconds": float, "header_timeout_seconds": float, "request_timeout_seconds": float,
-    "review_budget_seconds": float, "log_objects": _to_bool,
+    "review_budget_seconds": float, "log_objects": _to_bool, "node_cache": _to_bool, "kubeconfig": Path,
+    "node_fetch_timeout_seconds": float,
     "log_level": str.lower, "bind": str, "policy_file": Path, "spec_file": Path, "cert_file": Path,
     "key_file": Path, "metrics_dir": Path,
 }

@@ -11,7 +11,9 @@ from multiprocessing import sharedctypes
 
 from werkzeug.exceptions import ServiceUnavailable
 
+from policy.admission.workloads import pinned_node
 from webhook import metrics as webhook_metrics
+from webhook import nodes as webhook_nodes
 from webhook import review
 from webhook import store as webhook_store
 from webhook.settings import Settings
@@ -45,6 +47,8 @@ class Webhook:
     store: webhook_store.PolicyStore
     metrics: webhook_metrics.Metrics
     drain: DrainFlag
+    nodes: webhook_nodes.NodeSource | None = None
+    """The node cache (settings.node_cache), or None: pinned pods are then judged on every class they may reach."""
 
     def admit(self, rv: review.Review, *, tenant: str | None,
               deadline: float) -> tuple[review.Verdict, int | None]:
@@ -58,8 +62,11 @@ class Webhook:
         snapshot = self.store.current
         if snapshot is None:
             raise ServiceUnavailable(f"no valid admission policy is loaded: {self.store.last_error}")
+        nodes = None
+        if self.nodes is not None and rv.operation in ("CREATE", "UPDATE") and not rv.sub_resource:
+            nodes = webhook_nodes.nodes_for(self.nodes, pinned_node(rv.object), deadline, self.metrics)
         verdict = review.decide(rv, snapshot.engine, tenants=(tenant,) if tenant else (),
-                                expired=lambda: time.monotonic() >= deadline)
+                                expired=lambda: time.monotonic() >= deadline, nodes=nodes)
         return verdict, snapshot.generation
 
     def record(self, rv: review.Review, verdict: review.Verdict, seconds: float, *, tenant: str | None,

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     "process). Every option also reads a GPUPOLICY_* variable (GPUPOLICY_POLICY, "
                     "GPUPOLICY_CERT_DIR, GPUPOLICY_PORT, GPUPOLICY_METRICS_PORT, GPUPOLICY_WORKERS, "
                     "GPUPOLICY_MAX_CONNECTIONS, GPUPOLICY_HEADER_TIMEOUT_SECONDS, GPUPOLICY_REQUEST_TIMEOUT_SECONDS, "
-                    "GPUPOLICY_DRAIN_SECONDS, "
+                    "GPUPOLICY_DRAIN_SECONDS, GPUPOLICY_NODE_CACHE, GPUPOLICY_KUBECONFIG, "
                     "...); flags win. The policy and certificate files are re-read when they change.",
     )
     source = serve.add_mutually_exclusive_group()
@@ -47,6 +47,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="how long one review may take before it is denied, never allowed (default 1; the "
                             "compiled Deployment sets a third of timeoutSeconds)")
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), help="default info")
+    serve.add_argument("--node-cache", action=argparse.BooleanOptionalAction, default=None,
+                       help="keep the labels of every node (list and watch, get/list/watch on nodes), so a pod "
+                            "naming its node is judged on exactly that node's classes (default off; the compiled "
+                            "Deployment turns it on)")
+    serve.add_argument("--kubeconfig", metavar="FILE", help="the node cache's API server and credentials (default: "
+                                                          "the pod's ServiceAccount)")
 
     certs = sub.add_parser(
         "certs", help="write a development CA and serving certificate",
@@ -88,7 +94,7 @@ def _serve(args: argparse.Namespace) -> int:
             key_file=args.key, bind=args.bind, port=args.port, metrics_port=args.metrics_port,
             workers=args.workers, threads=args.threads,
             max_connections=args.max_connections, review_budget_seconds=args.review_budget,
-            log_level=args.log_level,
+            log_level=args.log_level, node_cache=args.node_cache, kubeconfig=args.kubeconfig,
         )
     except SettingsError as err:
         raise _UsageError(str(err)) from None
@@ -101,8 +107,20 @@ def _serve(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise _UsageError(f"{path}: no such file")
     _check_policy(settings)
+    nodes = None
+    if settings.node_cache:
+        # The one place the webhook meets the live-cluster code: each worker builds its cache from this after the
+        # fork (pyproject.toml's contracts sanction this import and no other).
+        from cluster import ClusterError
+        from cluster.nodes import cache_factory
+
+        try:
+            nodes = cache_factory(str(settings.kubeconfig) if settings.kubeconfig else None,
+                                  fetch_timeout_seconds=settings.node_fetch_timeout_seconds)
+        except ClusterError as err:
+            raise _UsageError(f"{err.message} ({err.hint})") from None
     try:
-        return serve.run(settings)
+        return serve.run(settings, nodes=nodes)
     except SettingsError as err:
         raise _UsageError(str(err)) from None
 

@@ -100,6 +100,10 @@ NOT_DECIDED: tuple[tuple[str, str], ...] = (
      "behind a list or map (KubeRay worker groups, Kubeflow replica specs, Argo templates), at other paths, or with "
      "containers, GPU keys or a podSpecPatch outside the pod spec (KServe, NIM, Dynamo, Argo) are left to the "
      "webhook, which reads every template of the workload-kinds table"),
+    ("pods naming their node", "a pod with spec.nodeName is judged on exactly the classes its node's labels select, "
+     "which only the webhook's node cache knows (CEL cannot read a Node); beside a webhook with failurePolicy Fail "
+     "and its node cache (admission.nodeCache) the policies leave such pods to it (were it down, they are refused), "
+     "otherwise they judge them on every class the pod may reach"),
     ("pods beyond the cost envelope", "a pod larger than the envelope the cost is estimated for "
      "(docs/validating-admission-policy.md) may exhaust the API server's CEL budget; failurePolicy then decides "
      "(Ignore beside the webhook, which then decides)"),
@@ -225,10 +229,20 @@ class _Facts:
 
     tainted: bool
     hami: HamiAdmission | None
+    pinned_left: bool = False
+    """Pods naming their node are left to the webhook (`leaves_pinned_pods`)."""
 
     @classmethod
-    def of(cls, policy: offers.AdmissionPolicy) -> _Facts:
-        return cls(any(ClassView.from_doc(c).taints for c in policy.classes), HamiAdmission.build(policy))
+    def of(cls, policy: offers.AdmissionPolicy, *, pinned_left: bool = False) -> _Facts:
+        return cls(any(ClassView.from_doc(c).taints for c in policy.classes), HamiAdmission.build(policy), pinned_left)
+
+
+def leaves_pinned_pods(spec: Spec) -> bool:
+    """Whether the policies leave pods naming their node (spec.nodeName) to the webhook: beside it (engine both) with
+    its node cache (admission.nodeCache), and only where it fails closed, so a pinned pod is never admitted unjudged
+    while the webhook is down. The webhook judges such a pod on its node's classes (docs/admission.md §5), which the
+    policies cannot: judged on every class the pod may reach, they would refuse pinned pods the webhook admits."""
+    return spec.admission_engine == "both" and spec.admission.failure_policy == "Fail" and spec.admission.node_cache
 
 
 def _data(policy: offers.AdmissionPolicy) -> list[tuple[str, str]]:
@@ -446,6 +460,8 @@ def _ratchet(path: PodSpecPath) -> list[tuple[str, str]]:
 def _decision(facts: _Facts) -> list[tuple[str, str]]:
     """Whether CEL decides at all, and the classes a pin would clear of every rule."""
     undecided = [v("invalid"), v("interleaved"), f"{v('tols')}.exists(o, o.?operator.orValue('') in ['Lt', 'Gt'])"]
+    if facts.pinned_left:
+        undecided.append(f"{v('spec')}.?nodeName.orValue('') != ''")
     found = []
     if facts.hami is not None:
         found.append(("hamiTakes", _hami_takes(facts.hami)))
@@ -710,10 +726,10 @@ def cel_rules(tainted: bool = False) -> dict[RuleId, CelRule]:
 
 
 def variables_of(policy: offers.AdmissionPolicy, path: PodSpecPath,
-                 data: list[tuple[str, str]] | None = None) -> list[tuple[str, str]]:
+                 data: list[tuple[str, str]] | None = None, *, pinned_left: bool = False) -> list[tuple[str, str]]:
     """Every variable of the policy for ``path``, in evaluation order (data first: pass ``_data(policy)`` when
-    it is already built, since every path and mode shares it)."""
-    facts = _Facts.of(policy)
+    it is already built, since every path and mode shares it); ``pinned_left``: `leaves_pinned_pods`."""
+    facts = _Facts.of(policy, pinned_left=pinned_left)
     return ((_data(policy) if data is None else data) + _request(path) + _tenancy() + _placement(facts) + _ratchet(path)
             + _decision(facts))
 
@@ -752,7 +768,8 @@ def _policy_object(resolved: ResolvedPolicy, document: offers.AdmissionPolicy, d
                 "resources": list(res), "scope": "Namespaced"} for group, versions, res in path.custom],
         },
         "matchConditions": _match_conditions(path),
-        "variables": [{"name": n, "expression": e} for n, e in variables_of(document, path, data)],
+        "variables": [{"name": n, "expression": e}
+                      for n, e in variables_of(document, path, data, pinned_left=leaves_pinned_pods(policy.spec))],
         "validations": validations,
     }
     if mode == "audit":

@@ -2,7 +2,8 @@
 
 `render_admission(policy)` returns finished Kubernetes objects as dicts, sorted by (kind, name), with stable
 names and no timestamps; the tree writes each to its own file under ``admission/``. Nothing cluster-scoped
-is emitted but the ValidatingWebhookConfiguration, and no Namespace: the tree's ``namespaces/``
+is emitted but the ValidatingWebhookConfiguration and the node cache's ClusterRole (get, list and watch on nodes,
+nothing else) with its binding, and no Namespace: the tree's ``namespaces/``
 (compiler.targets.namespaces) writes the webhook's, restricted, unless spec.createNamespaces leaves it to the
 platform.
 
@@ -62,6 +63,7 @@ from policy.spec.workload_kinds import DEFAULT_WORKLOAD_KINDS
 __all__ = ["MATCH_CONDITIONS", "RESOURCE_RULES", "excluded_namespaces", "match_conditions", "render_admission"]
 
 NAME = "gpupolicy-webhook"
+NODE_READER = "gpupolicy-webhook-nodes"
 CONFIGURATION_NAME = "gpupolicy"
 POLICY_CONFIGMAP = "gpupolicy-admission-policy"
 POLICY_KEY = "admission-policy.json"
@@ -190,6 +192,7 @@ def render_admission(resolved: ResolvedPolicy) -> list[Obj]:
     )
     out = [
         _service_account(policy),
+        *(_node_reader(policy) if admission.node_cache else ()),
         policy_map,
         _deployment(policy, policy_map["metadata"]["name"]),
         _service(policy),
@@ -226,13 +229,29 @@ def _meta(policy: ClusterGPUPolicy, name: str, wave: str, **annotations: str) ->
 
 
 def _service_account(policy: ClusterGPUPolicy) -> Obj:
-    # The webhook reads its policy and certificate from volumes and never calls the API server.
+    # The webhook reads its policy and certificate from volumes; its one API call is the node cache's list and watch
+    # of Nodes, so only its pod mounts a token (automountServiceAccountToken there), never another pod using this
+    # account by mistake.
     return {
         "apiVersion": "v1",
         "kind": "ServiceAccount",
         "metadata": _meta(policy, NAME, WAVE_SUPPORT),
         "automountServiceAccountToken": False,
     }
+
+
+def _node_reader(policy: ClusterGPUPolicy) -> list[Obj]:
+    """The node cache's RBAC (webhook/settings.py node_cache, cluster/nodes.py): get, list and watch on nodes, and
+    nothing else: no pods, no secrets, no nodes/status, no write. A ClusterRole, as Nodes are cluster-scoped."""
+    rbac = "rbac.authorization.k8s.io"
+    metadata = objects.metadata(NODE_READER, labels=_labels(policy), annotations={SYNC_WAVE: WAVE_SUPPORT})
+    return [
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRole", "metadata": metadata,
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]},
+        {"apiVersion": f"{rbac}/v1", "kind": "ClusterRoleBinding", "metadata": metadata,
+         "roleRef": {"apiGroup": rbac, "kind": "ClusterRole", "name": NODE_READER},
+         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": policy.spec.admission.namespace}]},
+    ]
 
 
 def _deployment(policy: ClusterGPUPolicy, policy_configmap: str) -> Obj:
@@ -259,7 +278,9 @@ def _pod_spec_of_webhook(policy: ClusterGPUPolicy, policy_configmap: str) -> Obj
     admission = policy.spec.admission
     return {
         "serviceAccountName": NAME,
-        "automountServiceAccountToken": False,
+        # The node cache's token (a bound, rotated one: the kubelet refreshes it and the client re-reads it); with
+        # no cache the webhook never calls the API server and holds no token.
+        "automountServiceAccountToken": admission.node_cache,
         "enableServiceLinks": False,
         # Gatekeeper's choice for a Fail webhook: it must not be preempted by the workloads it admits.
         "priorityClassName": "system-cluster-critical",
@@ -352,6 +373,8 @@ def _container(policy: ClusterGPUPolicy) -> Obj:
         "env": [
             # prometheus_client's directory for per-worker metrics under gunicorn (the root is read-only).
             {"name": "PROMETHEUS_MULTIPROC_DIR", "value": "/var/run/gpupolicy/prometheus"},
+            # Pinned pods (spec.nodeName) judged on their node's classes (docs/admission.md §5).
+            {"name": "GPUPOLICY_NODE_CACHE", "value": "true" if admission.node_cache else "false"},
         ],
         "ports": [
             {"name": "https", "containerPort": PORT, "protocol": "TCP"},
@@ -428,17 +451,20 @@ def _network_policy(policy: ClusterGPUPolicy) -> Obj:
     # otherwise open connections to a webhook that fails closed. Probes need no rule: traffic from the
     # pod's own node is always allowed (Kubernetes docs, "Network Policies"). The metrics port admits any
     # pod of the cluster (an empty namespaceSelector), so Prometheus scrapes wherever it runs; it serves
-    # /metrics and the probes only. No egress at all: the webhook makes no network calls (policy and
-    # certificates arrive as volumes). `Egress` in policyTypes with no `egress` field denies all egress
-    # (k8s.io/api networking/v1 types.go, NetworkPolicySpec: "If this field is empty then this NetworkPolicy
-    # limits all outgoing traffic"); the field is left out rather than written `[]` because the API server
-    # stores an empty list as none (omitempty), so `[]` in the tree differs from the stored object and every
-    # server-side apply of the tree would write it again and bump the generation.
+    # /metrics and the probes only. Egress: only to the API server, for the node cache's list and watch (policy and
+    # certificates arrive as volumes; the client dials KUBERNETES_SERVICE_HOST, an address, so no DNS). Its
+    # address is the kubernetes Service's endpoint after kube-proxy's DNAT, which cannot be named portably
+    # (apiServerCidrs says where the API server's calls come from, which behind konnectivity or a managed control
+    # plane is not where it listens), so the rule is by port: 443 (managed control planes, the Service's port) and
+    # 6443 (kubeadm's secure port). Without the node cache (admission.nodeCache: false) no egress at all: `Egress` in
+    # policyTypes with no `egress` field denies all (k8s.io/api networking/v1 NetworkPolicySpec), and the field is
+    # left out rather than written `[]`, which the API server stores as none (every sync would write it again).
     rule: Obj = {"ports": [{"port": PORT, "protocol": "TCP"}]}
     cidrs = policy.spec.admission.api_server_cidrs
     if cidrs:
         rule = {"from": [{"ipBlock": {"cidr": cidr}} for cidr in cidrs], **rule}
     scrape: Obj = {"from": [{"namespaceSelector": {}}], "ports": [{"port": METRICS_PORT, "protocol": "TCP"}]}
+    api_server: Obj = {"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -447,6 +473,7 @@ def _network_policy(policy: ClusterGPUPolicy) -> Obj:
             "podSelector": {"matchLabels": _selector()},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [rule, scrape],
+            **({"egress": [api_server]} if policy.spec.admission.node_cache else {}),
         },
     }
 

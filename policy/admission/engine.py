@@ -117,6 +117,13 @@ def _line(d: Diagnostic) -> str:
     return bounded(f"[{d.code}] {d.message}{where}{fix}")  # messages quote fields of the object under review
 
 
+#: Node name -> its labels (only the keys the classes select by matter: `Engine.selector_keys`), or None for a node
+#: known not to exist (the webhook's node cache, synced, and a fresh GET of the node both found none). A name
+#: missing from the mapping is a node whose labels are not known: the pod is judged on every class its placement
+#: leaves, as if the scheduler could place it on any.
+Nodes = Mapping[str, Mapping[str, str] | None]
+
+
 @dataclass(frozen=True)
 class _Tenant:
     name: str
@@ -128,12 +135,13 @@ class Engine:
     """Evaluates objects against one admission policy; build it once per policy, call ``evaluate`` often."""
 
     def __init__(self, policy: AdmissionPolicy, *, memo_size: int = MEMO_SIZE,
-                 nodes: Mapping[str, Mapping[str, str]] | None = None) -> None:
+                 nodes: Nodes | None = None) -> None:
         """``memo_size``: how many verdicts to remember (0: judge every object afresh, as the benchmarks do to
         time the rules themselves). ``nodes``: node name -> labels, where known (`admit --nodes`): a pod whose
-        spec.nodeName names one of them may run only on the classes whose selectors that node's labels meet."""
+        spec.nodeName names one of them may run only on the classes whose selectors that node's labels meet (see
+        `Nodes`; ``evaluate`` takes them per call too, as the webhook's node cache gives them)."""
         self.policy = policy
-        self._nodes = dict(nodes or {})
+        self._nodes: Nodes = dict(nodes or {})
         self._classes = tuple(ClassView.from_doc(c) for c in policy.classes)
         self._no_conflicts: tuple[Conflict | None, ...] = (None,) * len(self._classes)
         self._tenants = {t.name: _compile_tenant(t, i) for i, t in enumerate(policy.tenants)}
@@ -163,7 +171,7 @@ class Engine:
         self._claims = claims.ClaimPolicy.build(policy)  # DRA claims (policy.admission.claims)
         self._hami = HamiAdmission.build(policy)  # vGPU pods see only the vgpu classes (policy.admission.vgpu)
         self.kinds = templates.KindTable(policy.workload_kinds)  # custom resources with pod templates
-        self._memo: dict[tuple[tuple[str, ...], bytes], tuple[bool, tuple[Diagnostic, ...]] | None] = {}
+        self._memo: dict[_MemoKey, tuple[bool, tuple[Diagnostic, ...]] | None] = {}
         self._memo_size = memo_size
         # The most GPU devices one node of any class offers, all resources together, and that class: a pod with more
         # GPU containers than this is refused before the rules run (beyond_every_class).
@@ -173,6 +181,12 @@ class Engine:
     @property
     def classes(self) -> tuple[ClassView, ...]:
         return self._classes
+
+    @property
+    def selector_keys(self) -> tuple[str, ...]:
+        """Every node label key some class's nodeSelector names, sorted: all a pinned pod's node is judged by, so
+        all a node cache need keep of a node's labels."""
+        return self._selector_keys
 
     def tenants_for(self, namespace_labels: Mapping[str, str], *, namespace: str | None = None) -> tuple[str, ...]:
         """Every tenant whose namespaceSelector matches the labels, in policy order (offline routing).
@@ -186,7 +200,8 @@ class Engine:
         return tuple(t.name for t in self._tenants.values() if selectors.matches(t.selector, labels))
 
     def evaluate(self, obj: Mapping[str, Any], *, tenants: Sequence[str] = (), operation: str = "CREATE",
-                 old_obj: Mapping[str, Any] | None = None, expired: budget.Expired = budget.never) -> Decision:
+                 old_obj: Mapping[str, Any] | None = None, expired: budget.Expired = budget.never,
+                 nodes: Nodes | None = None) -> Decision:
         """The decision on a Pod or pod controller; every other object, and any malformed one, is allowed.
 
         ``tenants`` are the namespace's tenants as the webhook path names them: () means the default rules,
@@ -199,7 +214,11 @@ class Engine:
 
         ``expired`` is the review's time budget (policy/admission/budget.py): asked between steps, each linear in
         the object; once it is true the engine raises ``OverBudget`` and remembers nothing. It raises nothing else.
+
+        ``nodes``: the nodes known for this call (the webhook's node cache answer for the node the object names),
+        in place of the engine's own; see `Nodes`. A verdict on a pinned pod is remembered with its node's labels.
         """
+        known = self._nodes if nodes is None else nodes
         if not isinstance(operation, str) or operation not in EVALUATED_OPERATIONS:
             return ALLOWED
         if claims.is_claim(obj):
@@ -209,7 +228,7 @@ class Engine:
             found = self.kinds.templates(obj)
             if found is None:
                 return _unchecked(obj)
-            return self._evaluate_templates(obj, found, tenants, operation, old_obj, expired)
+            return self._evaluate_templates(obj, found, tenants, operation, old_obj, expired, known)
         if self._claims.classes and workload.pod_spec.get("resourceClaims"):
             denied = self._pod_claims(workload, tenants, operation, old_obj)
             if denied is not None:
@@ -223,10 +242,10 @@ class Engine:
                 return Decision(True, (), workload.subject)
         names = _tenant_names(tenants)
         template = without_instance_fields(obj)
-        key = _memo_key(template, names) if self._memo_size else None
+        key = _memo_key(template, names, _node_part(workload, known, self._nodes)) if self._memo_size else None
         judged = self._memo.get(key, _UNJUDGED) if key is not None else _UNJUDGED
         if judged is _UNJUDGED:
-            judged = self._judge(template, workload, names, request, expired)
+            judged = self._judge(template, workload, names, request, expired, known)
             if key is not None:
                 if len(self._memo) >= self._memo_size:
                     self._memo.clear()  # bounded like the caches above; refilled by the next reviews
@@ -257,7 +276,8 @@ class Engine:
         return Decision(False, found, workload.subject) if found else None
 
     def _evaluate_templates(self, obj: Mapping[str, Any], found: tuple[templates.Template, ...], tenants: Sequence[str],
-                            operation: str, old_obj: Mapping[str, Any] | None, expired: budget.Expired) -> Decision:
+                            operation: str, old_obj: Mapping[str, Any] | None, expired: budget.Expired,
+                            nodes: Nodes) -> Decision:
         """A workload custom resource: each pod template judged as a Pod (an UPDATE against the same template of
         the old object), every finding moved back to the template's fields and naming the template. One that asks
         for GPUs in no template the table knows gets the workload-not-checked notice, as an unknown kind does."""
@@ -268,7 +288,7 @@ class Engine:
             if not template.requests_gpu():
                 continue
             decision = self.evaluate(template.pod, tenants=tenants, operation=operation, old_obj=old.get(template.path),
-                                     expired=expired)
+                                     expired=expired, nodes=nodes)
             allowed = allowed and decision.allowed
             judged.append((template, tuple(template.locate(d) for d in decision.diagnostics)))
         if not judged:
@@ -276,7 +296,8 @@ class Engine:
         return Decision(allowed, templates.joined(judged), self.kinds.subject(obj))
 
     def _judge(self, template: Mapping[str, Any], workload: Workload, tenants: tuple[str, ...],
-               request: GpuRequest | None, expired: budget.Expired) -> tuple[bool, tuple[Diagnostic, ...]] | None:
+               request: GpuRequest | None, expired: budget.Expired,
+               nodes: Nodes) -> tuple[bool, tuple[Diagnostic, ...]] | None:
         """The verdict and findings (each with its checked fix) on an object without its instance fields; None
         when it asks for no GPU. ``request``: the workload's, when already read."""
         if request is None:
@@ -286,40 +307,41 @@ class Engine:
             if fraction is not None else None
         if request.empty:
             return None if fraction is None else (kai is None or kai.severity != "error", (kai,) if kai else ())
-        judged = self._judge_request(template, workload, tenants, request, expired)
+        judged = self._judge_request(template, workload, tenants, request, expired, nodes)
         if kai is None:
             return judged
         allowed, diagnostics = judged if judged is not None else (True, ())
         return allowed and kai.severity != "error", (kai, *diagnostics)
 
     def _judge_request(self, template: Mapping[str, Any], workload: Workload, tenants: tuple[str, ...],
-                       request: GpuRequest, expired: budget.Expired) -> tuple[bool, tuple[Diagnostic, ...]] | None:
+                       request: GpuRequest, expired: budget.Expired,
+                       nodes: Nodes) -> tuple[bool, tuple[Diagnostic, ...]] | None:
         """The verdict and findings on a workload's nvidia.com/ request (not empty)."""
         beyond = self.beyond_every_class(workload, request)
         if beyond is not None:
             return beyond.severity != "error", (beyond,)
         budget.check(expired, "applying the rules")
-        found = self._assess(template, workload, request, tenants)
+        found = self._assess(template, workload, request, tenants, nodes)
         if not found.findings:
             return True, ()
 
         def reassess(obj: Mapping[str, Any], tenants: tuple[str, ...],
                      request: GpuRequest | None = None) -> remedies.Assessment | None:
             budget.check(expired, "searching for a fix")
-            return self._reassess(obj, tenants, request)
+            return self._reassess(obj, tenants, request, nodes)
 
         diagnostics = remedies.remedy(found, self._context, reassess)
         return not any(d.severity == "error" for d in diagnostics), diagnostics
 
     def _reassess(self, obj: Mapping[str, Any], tenants: tuple[str, ...],
-                  request: GpuRequest | None = None) -> remedies.Assessment | None:
+                  request: GpuRequest | None = None, nodes: Nodes | None = None) -> remedies.Assessment | None:
         """What the rules find in an edited object (None if the edit left it no GPU request)."""
         workload = find_workload(obj)
         if request is None and workload is not None:
             request = read_gpu_request(workload)
         if workload is None or request is None or request.empty:
             return None
-        return self._assess(obj, workload, request, tenants)
+        return self._assess(obj, workload, request, tenants, self._nodes if nodes is None else nodes)
 
     def beyond_every_class(self, workload: Workload, request: GpuRequest) -> Diagnostic | None:
         """The finding for a pod more GPU containers than one node of any class holds, or None.
@@ -344,10 +366,10 @@ class Engine:
             severity=self._severity["gpu-request-unsatisfiable"])
 
     def _assess(self, obj: Mapping[str, Any], workload: Workload, request: GpuRequest,
-                tenants: tuple[str, ...]) -> remedies.Assessment:
+                tenants: tuple[str, ...], nodes: Nodes) -> remedies.Assessment:
         placement = read_placement(workload, tolerations=bool(self._tainted))
-        if placement.node_name is not None and placement.node_name in self._nodes:
-            placement = _on_node(placement, self._nodes[placement.node_name], self._selector_keys, workload.spec_path)
+        if placement.node_name is not None and placement.node_name in nodes:
+            placement = _on_node(placement, nodes[placement.node_name], self._selector_keys, workload.spec_path)
         if self._tainted:
             placement = _with_implied_tolerations(placement, request)
         untolerated = self._untolerated_by(placement)
@@ -460,9 +482,13 @@ def without_instance_fields(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     return {**obj, "metadata": {k: v for k, v in metadata.items() if k not in INSTANCE_FIELDS}}
 
 
-def _memo_key(template: Mapping[str, Any], tenants: tuple[str, ...]) -> tuple[tuple[str, ...], bytes] | None:
-    """The memo's key: the tenants and the object's exact JSON, or None where that JSON would not tell the object
-    from another (below) or it is too large to be worth keeping.
+_MemoKey = tuple[tuple[str, ...], bytes, tuple[Any, ...]]
+
+
+def _memo_key(template: Mapping[str, Any], tenants: tuple[str, ...], node: tuple[Any, ...] = ()) -> _MemoKey | None:
+    """The memo's key: the tenants, the object's exact JSON and what a per-call node list says of the node it names
+    (`_node_part`), or None where that JSON would not tell the object from another (below) or it is too large to be
+    worth keeping.
 
     Objects are as json.loads or yaml.safe_load build them. JSON cannot write a date or a str subclass (YAML can
     build the first): those raise here and are judged unremembered. orjson writes NaN and ±Infinity as null,
@@ -474,13 +500,27 @@ def _memo_key(template: Mapping[str, Any], tenants: tuple[str, ...]) -> tuple[tu
         return None
     if len(data) > _MEMO_MAX_KEY_BYTES or (b"null" in data and orjson.loads(data) != template):
         return None
-    return tenants, data
+    return tenants, data, node
 
 
-def _on_node(placement: Placement, labels: Mapping[str, str], keys: Sequence[str], spec_path: Path) -> Placement:
+def _node_part(workload: Workload, nodes: Nodes, own: Nodes) -> tuple[Any, ...]:
+    """What the memo must tell apart beyond the object: the labels a per-call node list gives the node the pod names
+    (the same pod on the same node is judged again once the node's labels change, or once it is known at all).
+    The engine's own list is fixed, so the object alone keys its verdicts."""
+    name = workload.pod_spec.get("nodeName")
+    if nodes is own or not isinstance(name, str) or name not in nodes:
+        return ()
+    labels = nodes[name]
+    return (name, None) if labels is None else (name, *sorted(labels.items()))
+
+
+def _on_node(placement: Placement, labels: Mapping[str, str] | None, keys: Sequence[str], spec_path: Path) -> Placement:
     """The placement of a pod bound to a node whose labels are known: for every label key a class selects by, the
     node's value (or its absence), as requirements at spec.nodeName, so exactly the classes that node can be of
-    remain (the scheduler is bypassed; the kubelet of that node admits the pod)."""
+    remain (the scheduler is bypassed; the kubelet of that node admits the pod). ``labels`` None: no such node
+    exists, so no class remains (each key required absent, and the placement says why)."""
+    if labels is None:
+        labels, placement = {}, replace(placement, node_missing=True)
     at = (*spec_path, "nodeName")
     pinned = tuple(NodeRequirement(key, "In", (labels[key],), at) if isinstance(labels.get(key), str)
                    else NodeRequirement(key, "DoesNotExist", (), at) for key in keys)

@@ -222,6 +222,8 @@ def requirement_field(req: NodeRequirement, placement: Placement) -> str:
     """How a message names where a placement requirement comes from: the pod's nodeSelector, or the labels of the
     node its spec.nodeName names, where they are known (the engine's node list)."""
     if req.path[-1:] == ("nodeName",) and placement.node_name:
+        if placement.node_missing:
+            return f"nodeName {placement.node_name} (no such Node)"
         return f"nodeName {placement.node_name} (labelled)"
     return "nodeSelector"
 

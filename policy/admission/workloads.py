@@ -361,3 +361,11 @@ def placement_fields(workload: Workload) -> tuple[Any, ...]:
     nodeName included: they decide which tainted classes and which node the pod may reach)."""
     spec = workload.pod_spec
     return spec.get("nodeSelector"), descend(spec, REQUIRED_AFFINITY), spec.get("tolerations"), spec.get("nodeName")
+
+
+def pinned_node(obj: Any) -> str | None:
+    """The node a Pod or pod template names in spec.nodeName, or None: what the webhook looks up in its node cache
+    before judging the object (read as read_placement reads it)."""
+    workload = find_workload(obj)
+    name = workload.pod_spec.get("nodeName") if workload is not None else None
+    return name if isinstance(name, str) and name else None

@@ -105,6 +105,8 @@ class Placement:
     node_name: str | None = None
     """spec.nodeName: the scheduler is bypassed and the kubelet of that node admits the pod, checking its
     nodeSelector, required node affinity and NoExecute taints (pkg/kubelet/lifecycle/predicate.go)."""
+    node_missing: bool = False
+    """The node spec.nodeName names is known not to exist (no kubelet would ever run the pod)."""
 
     @property
     def unconstrained(self) -> bool:

@@ -854,6 +854,10 @@ class Admission(Model):
     """Namespaces never sent to the webhook (its own namespace is always added)."""
     default_allow: tuple[SharingMode, ...] = SHARING_MODES
     """Sharing modes for namespaces no tenant selects."""
+    node_cache: StrictBool = True
+    """Give the webhook a node cache (get, list and watch on nodes, egress to the API server), so a pod naming its
+    node (spec.nodeName) is judged on exactly that node's classes; false: no RBAC, no egress, and such a pod is
+    judged on every class it may reach (docs/admission.md §5)."""
     api_server_cidrs: tuple[Cidr, ...] = ()
     """Where the API server's calls come from. When set, the NetworkPolicy admits only these blocks to the
     serving port (probes from the node are always allowed); empty admits any source. docs/operations.md

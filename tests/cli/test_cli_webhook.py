@@ -70,3 +70,16 @@ def test_a_certificate_lifetime_outside_the_cas_is_a_usage_error_not_a_traceback
 def test_the_longest_lifetime_is_the_cas(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["webhook", "certs", "--out", str(tmp_path), "--days", "3650"]) == 0
     assert "valid until" in capsys.readouterr().err
+
+
+def test_a_node_cache_with_no_credentials_to_read_is_refused_at_start(
+    cert_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Outside a pod: no KUBERNETES_SERVICE_HOST and no ServiceAccount token, so in-cluster config cannot load.
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    code, err = serve(capsys, "--spec", str(SPEC), "--cert-dir", str(cert_dir), "--node-cache")
+    assert code == 2 and "Traceback" not in err
+    assert "the node cache cannot read the pod's ServiceAccount (in-cluster config)" in err and "--no-node-cache" in err
+    code, err = serve(capsys, "--spec", str(SPEC), "--cert-dir", str(cert_dir), "--node-cache",
+                      "--kubeconfig", str(tmp_path / "missing"))
+    assert code == 2 and f"the node cache cannot read the kubeconfig {tmp_path / 'missing'}" in err

@@ -97,8 +97,8 @@ def test_every_core_object_passes_strict_schema_validation_at_the_specs_kubernet
     policy = VARIANTS[variant]()
     core = [obj for obj in render_admission(policy) if obj["kind"] not in CERT_MANAGER_KINDS]
     assert {obj["kind"] for obj in core} == {
-        "ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget", "Service", "ServiceAccount",
-        "ValidatingWebhookConfiguration",
+        "ClusterRole", "ClusterRoleBinding", "ConfigMap", "Deployment", "NetworkPolicy", "PodDisruptionBudget",
+        "Service", "ServiceAccount", "ValidatingWebhookConfiguration",
     }
     for obj in core:
         kubernetes_validate.validate(obj, policy.spec.kubernetes_version, strict=True)
@@ -122,10 +122,11 @@ def test_reordering_tenants_in_the_spec_leaves_the_registration_unchanged() -> N
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_only_the_webhook_configuration_is_cluster_scoped_and_no_namespace_is_emitted(variant: str) -> None:
+def test_only_the_webhook_configuration_and_node_reader_are_cluster_scoped_and_no_namespace_is_emitted(
+        variant: str) -> None:
     policy = VARIANTS[variant]()
     for obj in render_admission(policy):
-        if obj["kind"] == "ValidatingWebhookConfiguration":
+        if obj["kind"] in ("ValidatingWebhookConfiguration", "ClusterRole", "ClusterRoleBinding"):
             assert "namespace" not in obj["metadata"]
         else:
             assert obj["metadata"]["namespace"] == policy.spec.admission.namespace
@@ -289,8 +290,22 @@ def test_the_root_filesystem_is_read_only_with_memory_backed_scratch_space(fleet
     env = {e["name"]: e["value"] for e in container["env"]}
     for path in ("/tmp", env["PROMETHEUS_MULTIPROC_DIR"]):
         assert "emptyDir" in volumes[mounts[path]]
-    assert spec["automountServiceAccountToken"] is False
+    # The node cache's token reaches the webhook's pod only, not every pod that names the account.
+    assert spec["automountServiceAccountToken"] is True
     assert rendered(fleet)["ServiceAccount"]["automountServiceAccountToken"] is False
+
+
+def test_the_webhook_may_get_list_and_watch_nodes_and_nothing_else(fleet: ClusterGPUPolicy) -> None:
+    objects = rendered(fleet)
+    assert objects["ClusterRole"]["rules"] == [{"apiGroups": [""], "resources": ["nodes"],
+                                                "verbs": ["get", "list", "watch"]}]
+    binding = objects["ClusterRoleBinding"]
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": objects["ClusterRole"]["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": objects["ServiceAccount"]["metadata"]["name"],
+                                    "namespace": objects["ServiceAccount"]["metadata"]["namespace"]}]
+    env = {e["name"]: e["value"] for e in pod_template_spec(fleet)["containers"][0]["env"]}
+    assert env["GPUPOLICY_NODE_CACHE"] == "true"
 
 
 # ---------------------------------------------------------------- the Deployment, Service, PDB, NetworkPolicy
@@ -388,13 +403,27 @@ def test_the_service_maps_443_to_the_named_serving_port_and_exposes_the_metrics_
 SCRAPE_RULE = {"from": [{"namespaceSelector": {}}], "ports": [{"port": 9090, "protocol": "TCP"}]}
 
 
-def test_the_network_policy_admits_the_serving_port_from_anywhere_metrics_from_pods_and_no_egress(
+def test_without_the_node_cache_the_webhook_gets_no_rbac_no_token_and_no_egress() -> None:
+    objects = render_admission(policy_with(nodeCache=False))
+    kinds = {obj["kind"] for obj in objects}
+    assert "ClusterRole" not in kinds and "ClusterRoleBinding" not in kinds
+    deployment = next(obj for obj in objects if obj["kind"] == "Deployment")
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert {"name": "GPUPOLICY_NODE_CACHE", "value": "false"} in spec["containers"][0]["env"]
+    network = next(obj for obj in objects if obj["kind"] == "NetworkPolicy")["spec"]
+    # Egress isolated with no rule: all egress denied (an `egress: []` would not be stored by the API server)
+    assert network["policyTypes"] == ["Ingress", "Egress"] and "egress" not in network
+
+
+def test_the_network_policy_admits_the_serving_port_from_anywhere_metrics_from_pods_and_egress_to_the_api_server(
     fleet: ClusterGPUPolicy,
 ) -> None:
     spec = rendered(fleet)["NetworkPolicy"]["spec"]
     assert spec["ingress"] == [{"ports": [{"port": 8443, "protocol": "TCP"}]}, SCRAPE_RULE]
-    # Egress isolated with no rule: all egress denied (an `egress: []` would not be stored by the API server)
-    assert spec["policyTypes"] == ["Ingress", "Egress"] and "egress" not in spec
+    # Egress isolated to the API server's ports (the node cache's list and watch): no DNS, nothing else
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["egress"] == [{"ports": [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]}]
 
 
 def test_api_server_cidrs_restrict_the_serving_port_to_those_sources_and_leave_metrics_to_prometheus() -> None:

@@ -146,8 +146,10 @@ def engine_findings(engine: Engine, obj: Obj, *, namespace: str, labels: dict[st
     return {d.code: d.severity for d in decision.diagnostics}
 
 
-def left_to_the_webhook(engine: Engine, obj: Obj, *, namespace: str, labels: dict[str, str]) -> str | None:
-    """Why CEL cannot decide the object (admission_policy.NOT_DECIDED), worked out from the engine's side."""
+def left_to_the_webhook(engine: Engine, obj: Obj, *, namespace: str, labels: dict[str, str],
+                        pinned_left: bool = False) -> str | None:
+    """Why CEL cannot decide the object (admission_policy.NOT_DECIDED), worked out from the engine's side;
+    ``pinned_left``: the policies leave pods naming their node to the webhook (admission_policy.leaves_pinned_pods)."""
     workload = pod_spec_of(obj)
     if workload is None:
         return None
@@ -170,6 +172,8 @@ def left_to_the_webhook(engine: Engine, obj: Obj, *, namespace: str, labels: dic
         return "HAMi vGPU pods"
     if any(t.operator in ("Lt", "Gt") for t in read_placement(workload).tolerations):
         return "Lt and Gt tolerations"
+    if pinned_left and read_placement(workload).node_name is not None:
+        return "pods naming their node"
     return None
 
 
@@ -193,7 +197,9 @@ def assert_same(cluster: str, obj: Obj, *, namespace: str = "default", labels: d
         assert "gpu-request-invalid" in mine
         return mine
     kind_checked = resource_of(obj) is not None and not (obj.get("kind") == "Pod" and operation == "UPDATE")
-    reason = left_to_the_webhook(engine, obj, namespace=namespace, labels=labels) if kind_checked else None
+    pinned_left = admission_policy.leaves_pinned_pods(example(cluster, **modes).spec)
+    reason = left_to_the_webhook(engine, obj, namespace=namespace, labels=labels,
+                                 pinned_left=pinned_left) if kind_checked else None
     assert reason is None or reason in dict(admission_policy.NOT_DECIDED)
     undecided = reason is not None
     if operation == "UPDATE" and kind_checked:
@@ -616,6 +622,30 @@ def test_hami_pods_are_left_to_the_webhook() -> None:
     assert assert_same("vgpu-platform", deployment({"nvidia.com/gpu": 2}, nodeSelector={"node-pool": "dev-ts"}),
                        namespace="notebooks",
                        labels={"gpu-tier": "dev"}) == {"shared-gpu-request-above-one": "error"}
+
+
+def test_pods_naming_their_node_are_left_to_a_fail_closed_webhook_and_judged_on_every_class_otherwise() -> None:
+    # Tenant dev may use t4-dev only: judged on every class, a pod pinned to a node (of t4-dev, say) is denied.
+    pinned = deployment({"nvidia.com/gpu": 1}, nodeName="t4-dev-1")
+    dev = {"namespace": "sandbox", "labels": {"gpu-tier": "dev"}}
+    engine, objects = compiled("mixed-fleet")
+    assert admission_policy.leaves_pinned_pods(example("mixed-fleet").spec)
+    assert engine_findings(engine, pinned, **dev) == {"tenant-sharing-mode-denied": "error"}
+    verdict = cel_verdict(objects, pinned, **dev)
+    assert verdict.findings == {} and verdict.undecided is True  # the webhook knows the node's labels
+    # Alone (no webhook to ask), the policies judge it as the engine does without the node's labels.
+    alone = example("mixed-fleet", engine="vap")
+    assert not admission_policy.leaves_pinned_pods(alone.spec)
+    verdict = cel_verdict(tuple(render_admission_policies(resolve(alone))), pinned, **dev)
+    assert verdict.findings == {"tenant-sharing-mode-denied": "error"}
+    # Beside a webhook without its node cache, which judges the pod so too.
+    text = (CLUSTERS / "mixed-fleet" / "cluster.yaml").read_text()
+    text = text.replace("  admission:\n", "  admission:\n    nodeCache: false\n")
+    uncached = load_policy(text, filename="cluster.yaml").policy
+    assert uncached is not None and not uncached.spec.admission.node_cache
+    assert not admission_policy.leaves_pinned_pods(uncached.spec)
+    verdict = cel_verdict(tuple(render_admission_policies(resolve(uncached))), pinned, **dev)
+    assert verdict.findings == {"tenant-sharing-mode-denied": "error"}
 
 
 @pytest.mark.parametrize("resources", [{"limits": {"nvidia.com/gpu": "1500m"}}, {"limits": {"nvidia.com/gpu": -1}},

@@ -47,3 +47,29 @@ def test_a_pinned_pod_on_a_node_no_class_selects_cannot_get_its_gpu() -> None:
     assert decision.diagnostics[0].message.startswith(
         "the pod's nodeName cpu-pool (labelled) excludes every node class that offers 1 nvidia.com/gpu")
     assert decision.diagnostics[0].path == ("spec", "nodeName")
+
+
+def test_nodes_given_per_call_decide_as_the_engines_own_and_are_remembered_with_their_labels() -> None:
+    engine = Engine(example_admission.admission_policy("mixed-fleet"))
+    known = nodes()
+    assert not engine.evaluate(pinned("t4-dev-1"), tenants=("dev",)).allowed  # not known: every class
+    assert engine.evaluate(pinned("t4-dev-1"), tenants=("dev",), nodes={"t4-dev-1": known["t4-dev-1"]}).allowed
+    # The same pod, the node relabelled into the training pool: judged again, not answered from the memo.
+    moved = engine.evaluate(pinned("t4-dev-1"), tenants=("dev",), nodes={"t4-dev-1": known["h100-train-1"]})
+    assert not moved.allowed
+    assert any("h100-train" in d.message for d in moved.diagnostics), moved.message
+
+
+def test_a_pinned_pod_on_a_node_known_not_to_exist_is_denied_naming_the_node() -> None:
+    decision = Engine(example_admission.admission_policy("mixed-fleet")).evaluate(
+        pinned("ghost-1"), tenants=("research",), nodes={"ghost-1": None})
+    assert not decision.allowed
+    assert [d.code for d in decision.diagnostics] == ["gpu-request-unsatisfiable"]
+    assert decision.diagnostics[0].message.startswith(
+        "the pod's nodeName ghost-1 (no such Node) excludes every node class that offers 1 nvidia.com/gpu")
+    assert decision.diagnostics[0].path == ("spec", "nodeName")
+
+
+def test_the_engine_names_the_label_keys_a_node_cache_must_keep() -> None:
+    keys = Engine(example_admission.admission_policy("mixed-fleet")).selector_keys
+    assert keys == tuple(sorted(keys)) and "node-pool" in keys
