@@ -38,7 +38,7 @@ from policy.admission.workloads import (
 from policy.kube import selectors
 from policy.kube.scheduling import NodeRequirement, NodeTaint, Placement, Toleration
 from policy.resolved.offers import ALWAYS_ENFORCED, AdmissionPolicy, TenantDoc
-from policy.spec.diagnostics import Diagnostic, Path, Severity, bounded, format_path, shorten
+from policy.spec.diagnostics import Diagnostic, Path, Severity, bounded, format_path, shorten, value_at
 from policy.spec.model import RuleId
 
 SEVERITY: Mapping[str, Severity] = {"enforce": "error", "warn": "warning", "audit": "info"}
@@ -293,20 +293,35 @@ class Engine:
 
     def _fixed(self, obj: Mapping[str, Any], template: templates.Template, d: Diagnostic, tenants: Sequence[str],
                expired: budget.Expired) -> Diagnostic:
-        """A located finding whose fix, moved onto the object's own fields, is written as the object's JSON Patch
-        (the edits applied to the object itself); for a template built from fields outside a pod spec, only once
-        the template, built again from the edited object, is admitted (a podSpecPatch may set the field the fix
-        edits). Otherwise the fix is dropped and the hint keeps it in words."""
+        """A located finding whose fix, moved onto the object's own fields, is written as the object's JSON Patch:
+        the edits applied to the template's part of the object (a copy of that part alone: linear in the template,
+        however many templates the object has). For a template built from fields outside a pod spec, the fix is
+        kept only once the template, built again from the edited part, is admitted (a podSpecPatch may set the
+        field the fix edits); otherwise it is dropped and the hint keeps it in words."""
         if d.fix is None:
             return d
-        doc, ops = d.fix.apply(obj)
-        fix = replace(d.fix, patch=ops)
+        base = template.base
+        part = value_at(obj, base) if base else obj
+        if not isinstance(part, Mapping):
+            return replace(d, fix=None)
+
+        def patched(fix: Fix) -> tuple[Fix, Mapping[str, Any]] | None:
+            local = fix.relocated(lambda p: p[len(base):] if p[:len(base)] == base else None)
+            if local is None:
+                return None
+            doc, ops = local.apply(part)
+            return replace(fix, patch=tuple({**op, "path": (*base, *op["path"])} for op in ops)), doc
+
+        found = patched(d.fix)
+        if found is None:
+            return replace(d, fix=None)
+        fix, doc = found
         if template.direct:
-            return replace(d, fix=replace(fix, alternatives=tuple(replace(a, patch=a.apply(obj)[1])
-                                                                  for a in fix.alternatives)))
+            alternatives = tuple(each[0] for each in map(patched, fix.alternatives) if each is not None)
+            return replace(d, fix=replace(fix, alternatives=alternatives))
         # the alternatives would each need a check of their own: the hint names them, the JSON has the first fix
         fix = replace(fix, alternatives=())
-        again = template.again(doc)
+        again = template.again(obj, doc)
         ask = again.ask if again is not None else None
         admitted = ask is None or not ask.any or self._evaluate_workload(
             again.pod, ask.workload, tenants, "CREATE", None, expired, ask).diagnostics == ()  # type: ignore[union-attr]

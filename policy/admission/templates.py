@@ -19,9 +19,9 @@ import yaml
 from policy.admission import fractions
 from policy.admission.fixes import Fix
 from policy.admission.workloads import GpuRequest, Workload, find_workload, lookup, read_gpu_request
-from policy.kube.fields import Path, descend, is_mapping
+from policy.kube.fields import Path, is_mapping
 from policy.spec import plain_data
-from policy.spec.diagnostics import Diagnostic, format_path
+from policy.spec.diagnostics import Diagnostic, format_path, value_at
 from policy.spec.model import PodTemplateRef, WorkloadKind
 
 #: A podSpecPatch longer than this is not parsed (a pod spec patch of a few fields is a few hundred characters).
@@ -185,13 +185,20 @@ class Template:
         fix = d.fix.relocated(self.where) if d.fix is not None else None
         return replace(d, message=f"pod template {self.label}: {d.message}", path=self.real(d.path), fix=fix)
 
-    def again(self, obj: Mapping[str, Any]) -> Template | None:
-        """This template as an edited copy of the object has it (None where it is gone)."""
-        value = descend(obj, self.path) if self.path else obj
-        if self.steps is None or not is_mapping(value):
+    @property
+    def base(self) -> Path:
+        """Where the part of the object holding everything of the template is: the PodTemplateSpec of a template at
+        ``template.spec`` (its metadata is beside its spec), else the template itself. An edit of the template is
+        made on a copy of this part alone, so that fixing each of many templates costs each template's size."""
+        return self.path[:-1] if self.metadata_home is not None else self.path
+
+    def again(self, obj: Mapping[str, Any], value: Mapping[str, Any]) -> Template | None:
+        """This template as an edited copy of its part of the object (``value``, at ``base``) has it."""
+        at = value_at(value, self.path[len(self.base):]) if self.path[len(self.base):] else value
+        if self.steps is None or not is_mapping(at):
             return None
         metadata = obj.get("metadata")
-        return _template(obj, value, self.path, self.steps, metadata if is_mapping(metadata) else {})
+        return _template(obj, at, self.path, self.steps, metadata if is_mapping(metadata) else {})
 
 
 def joined(found: Sequence[tuple[Template, tuple[Diagnostic, ...]]]) -> tuple[Diagnostic, ...]:
@@ -311,7 +318,7 @@ def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, step
         metadata_path = (*path, "metadata")
     else:
         metadata_path = None
-    template_metadata = descend(obj, metadata_path) if metadata_path is not None else None
+    template_metadata = value_at(obj, metadata_path) if metadata_path is not None else None
     template_metadata = template_metadata if is_mapping(template_metadata) else None
     pod_metadata: dict[str, Any] = {k: metadata[k] for k in ("name", "generateName", "namespace") if k in metadata}
     if template_metadata is not None:

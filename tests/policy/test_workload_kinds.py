@@ -261,3 +261,14 @@ def test_a_container_written_outside_the_lists_keeps_the_fields_the_rules_read()
     [container] = template.pod["spec"]["containers"]
     assert container == {"name": "m", "securityContext": {"privileged": True},
                          "resources": {"limits": {"nvidia.com/gpu": 1}}}
+
+
+def test_kai_annotations_on_a_list_indexed_template_are_read_from_that_templates_metadata() -> None:
+    # a RayCluster worker group's template.metadata (behind a list index) carries the pod's annotations
+    obj = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r"},
+           "spec": {"workerGroupSpecs": [{"template": {"metadata": {"annotations": {"gpu-fraction": "0.5"}},
+                                                       "spec": {"containers": [{"name": "w"}]}}}]}}
+    decision = judge(obj, {"gpu-tier": "prod"})  # prod may not share GPUs
+    assert not decision.allowed
+    (found,) = decision.diagnostics
+    assert found.path == ("spec", "workerGroupSpecs", 0, "template", "metadata", "annotations", "gpu-fraction")
