@@ -376,8 +376,8 @@ class Engine:
     def _kai_pins(self, workload: Workload, access: Access) -> Iterator[Fix]:
         """A pin to each of the tenant's classes that offers whole GPUs, in policy order: its nodeSelector entries
         (replacing the pod's where they differ) and tolerations of its nodes' taints."""
-        stated = {k: v for k, v in (workload.pod_spec.get("nodeSelector") or {}).items()} \
-            if isinstance(workload.pod_spec.get("nodeSelector"), Mapping) else {}
+        stated = workload.pod_spec.get("nodeSelector")
+        stated = stated if isinstance(stated, Mapping) else {}
         tolerations = read_placement(workload).tolerations
         for view in self._classes:
             if view.name not in (access.classes or ()) or not view.fits(fractions.RESERVED):

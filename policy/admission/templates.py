@@ -117,8 +117,11 @@ class Template:
     rebuilt: bool = False
     """``pod``'s spec was built (containers added, a patch merged), not taken as the object has it."""
     opaque: frozenset[tuple[str, int]] = frozenset()
-    """Containers of ``pod`` that cannot be edited where they are: set inside a string (a podSpecPatch: their
-    findings point at the string itself), or with their resources under another key than ``resources``."""
+    """Containers of ``pod`` set inside a string (a podSpecPatch): their findings point at the string itself, and no
+    edit of the object reaches them."""
+    renamed: Mapping[tuple[str, int], str] = field(default_factory=dict)
+    """Containers of ``pod`` whose resources the object writes under another key (Kubeflow Trainer's
+    ``resourcesPerNode``): findings point there; an edit, which writes ``resources``, does not reach them."""
     own: frozenset[str] = POD_SPEC_FIELDS
     """The pod spec fields the object writes at ``spec_path`` itself."""
     steps: _RefSteps | None = field(default=None, compare=False)
@@ -158,7 +161,12 @@ class Template:
                 key = (str(rest[3]), str(rest[4])) if len(rest) >= 5 and rest[2] == "resources" else None
                 return self.keys.get(key, next(iter(self.keys.values()))) if key else next(iter(self.keys.values()))
             if where in self.moved:
-                return self.moved[where] if where in self.opaque else (*self.moved[where], *rest[2:])
+                if where in self.opaque:
+                    return self.moved[where]
+                tail = rest[2:]
+                if where in self.renamed and tail[:1] == ("resources",):
+                    tail = (self.renamed[where], *tail[1:])
+                return (*self.moved[where], *tail)
         return (*self.spec_path, *rest)
 
     def where(self, path: Path) -> Path | None:
@@ -173,7 +181,7 @@ class Template:
             return None
         if rest[0] in ("containers", "initContainers") and len(rest) >= 2 and isinstance(rest[1], int):
             where = (str(rest[0]), rest[1])
-            if (rest[0] == "containers" and rest[1] == self.keyed) or where in self.opaque:
+            if (rest[0] == "containers" and rest[1] == self.keyed) or where in self.opaque or where in self.renamed:
                 return None
             if where in self.moved:
                 return (*self.moved[where], *rest[2:])
@@ -278,20 +286,20 @@ def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, step
     lists = {section: list(items) if section in steps.own and isinstance(items := spec.get(section), list) else []
              for section in ("containers", "initContainers")}
     moved: dict[tuple[str, int], Path] = {}
-    opaque: set[tuple[str, int]] = set()
+    renamed: dict[tuple[str, int], str] = {}
     for ref_steps, name, resources, init in steps.containers:
         section = "initContainers" if init else "containers"
         for item, where in walk(value, ref_steps, path):
             if is_mapping(item):
                 moved[(section, len(lists[section]))] = where
-                if resources != "resources":  # an edit of its resources would write the wrong key
-                    opaque.add((section, len(lists[section])))
+                if resources != "resources":
+                    renamed[(section, len(lists[section]))] = resources
                 lists[section].append(_container(item, name, resources))
     extra: dict[str, Any] = {}
     before = set(moved.items())
     if steps.patch is not None:
         extra = _apply_patch(value, spec, path, steps.patch, lists, moved)
-    opaque.update(k for k, v in moved.items() if (k, v) not in before)
+    opaque = frozenset(k for k, v in moved.items() if (k, v) not in before)
     keys: dict[tuple[str, str], Path] = {}
     keyed = None
     tables: dict[str, dict[str, Any]] = {}
@@ -306,8 +314,7 @@ def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, step
     changed = bool(moved or keys or extra)
     # Only pod spec fields: the template's own fields (an Argo template's name, inputs, outputs) are no part of the
     # Pod, and would make identical templates different Pods to the engine's memo.
-    own = spec if steps.own is POD_SPEC_FIELDS and all(k in POD_SPEC_FIELDS for k in spec) else \
-        {k: v for k, v in spec.items() if k in steps.own}
+    own = spec if all(k in steps.own for k in spec) else {k: v for k, v in spec.items() if k in steps.own}
     pod_spec = {**own, **extra, **{s: items for s, items in lists.items() if items}} if changed else own
     # A PodTemplateSpec's labels and annotations are beside its spec (template.metadata for template.spec); an Argo
     # template, whose pod spec fields are the template's own, writes them in its own metadata.
@@ -325,7 +332,7 @@ def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, step
         pod_metadata.update({k: template_metadata[k] for k in ("labels", "annotations") if k in template_metadata})
     return Template(path, {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": pod_spec}, spec_path,
                     moved, keys, keyed, metadata_path if template_metadata is not None else None, home, changed,
-                    frozenset(opaque), steps.own, steps)
+                    opaque, renamed, steps.own, steps)
 
 
 def _container(item: Mapping[str, Any], name: str, resources: str) -> dict[str, Any]:

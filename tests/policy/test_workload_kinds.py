@@ -83,16 +83,20 @@ def test_a_gpu_limit_inside_a_real_workflow_templates_yaml_pod_spec_patch_is_rea
                  {"gpu-tier": "research"}).allowed
 
 
-@pytest.mark.parametrize(("name", "template"), [
-    ("volcano-job-mindspore-gpu-dev-on-mixed-fleet.yaml", "spec.tasks[1].template.spec"),
-    ("kubeflow-trainer-trainjob-lammps-gpus-dev-on-mixed-fleet.yaml", "spec"),
+@pytest.mark.parametrize(("name", "template", "where"), [
+    ("volcano-job-mindspore-gpu-dev-on-mixed-fleet.yaml", "spec.tasks[1].template.spec",
+     'spec.tasks[1].template.spec.containers[0].resources.limits["nvidia.com/gpu"]'),
+    # the trainer's resources are written under resourcesPerNode, and the finding points there
+    ("kubeflow-trainer-trainjob-lammps-gpus-dev-on-mixed-fleet.yaml", "spec",
+     'spec.trainer.resourcesPerNode.limits["nvidia.com/gpu"]'),
 ])
 def test_a_real_volcano_job_and_trainjob_are_denied_in_dev_naming_the_template_and_admitted_in_research(
-        name: str, template: str) -> None:
+        name: str, template: str, where: str) -> None:
     obj = fixture(name)
     decision = judge(obj)
     assert not decision.allowed
     assert {d.message.split(": ")[0] for d in decision.diagnostics} == {f"pod template {template}"}
+    assert {format_path(d.path) for d in decision.diagnostics} == {where}
     assert judge(obj, {"gpu-tier": "research"}).allowed
 
 
