@@ -812,7 +812,7 @@ class PodTemplateRef(Model):
     gpu_keys: tuple[GpuKey, ...] = ()
     """Custom fields that ask for GPUs."""
     spec_fields: tuple[Annotated[str, StringConstraints(pattern=r"^[a-z][A-Za-z]*$")], ...] | None = None
-    """The pod spec fields written at ``pod_spec`` itself (Argo's template: nodeSelector, affinity, tolerations,
+    """The pod spec fields written at podSpec itself (Argo's template: nodeSelector, affinity, tolerations,
     ...), where it is not a whole pod spec; omit for a whole PodSpec. The Pod judged is built from these alone, and
     a fix is given as a JSON Patch only where the fields it edits are among them."""
 
