@@ -135,10 +135,6 @@ class Template:
             return None
         return Ask(workload, read_gpu_request(workload), fractions.read(self.pod, workload))
 
-    def requests_gpu(self) -> bool:
-        """Whether the template's Pod asks for a GPU in any way the engine reads (Ask.any)."""
-        return self.ask is not None and self.ask.any
-
     @property
     def label(self) -> str:
         return format_path(self.path)
