@@ -294,12 +294,15 @@ class Engine:
     def _fixed(self, obj: Mapping[str, Any], template: templates.Template, d: Diagnostic, tenants: Sequence[str],
                expired: budget.Expired) -> Diagnostic:
         """A located finding whose fix, moved onto the object's own fields, is written as the object's JSON Patch:
-        the edits applied to the template's part of the object (a copy of that part alone: linear in the template,
+        the patch found on the template's pod spec, where that is the object's own, else the edits applied to the
+        template's part of the object (a copy of that part alone: linear in the template,
         however many templates the object has). For a template built from fields outside a pod spec, the fix is
         kept only once the template, built again from the edited part, is admitted (a podSpecPatch may set the
         field the fix edits); otherwise it is dropped and the hint keeps it in words."""
         if d.fix is None:
             return d
+        if template.direct and all(f.patch for f in (d.fix, *d.fix.alternatives)):
+            return d  # the pod spec is the object's own: the patch found on it, moved, is the object's
         base = template.base
         part = value_at(obj, base) if base else obj
         if not isinstance(part, Mapping):

@@ -402,14 +402,16 @@ class Fix:
         return doc, tuple(ops)
 
     def relocated(self, where: Where) -> Fix | None:
-        """The same edits at the paths ``where`` gives them in another object, without its JSON Patch (apply the
-        result to that object for one); None where some edit's field has no place there. Alternatives that have
-        none are dropped."""
+        """The same edits at the paths ``where`` gives them in another object; None where some edit's field has no
+        place there. Alternatives that have none are dropped. The JSON Patch is moved too where every operation's
+        path has a place, which is right only where the other object holds the same fields there (a pod spec that
+        is the object's own): otherwise apply the result to that object for its patch."""
         steps = tuple(s.relocated(where) for s in self.steps)
         if None in steps:
             return None
+        ops = tuple({**op, "path": path} for op in self.patch if (path := where(op["path"])) is not None)
         others = tuple(a for a in (a.relocated(where) for a in self.alternatives) if a is not None)
-        return Fix(steps, self.note, (), (), others)  # type: ignore[arg-type]
+        return Fix(steps, self.note, ops if len(ops) == len(self.patch) else (), (), others)  # type: ignore[arg-type]
 
     def under(self, prefix: Path) -> Fix:
         """The same fix for a reader holding the object at ``prefix`` of a larger document."""
