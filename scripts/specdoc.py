@@ -264,6 +264,10 @@ RULE_HELP: dict[str, str] = {
                                  "it; it would see every GPU).",
     "hami-annotation-invalid": "A HAMi annotation (vgpu-mode, use-gputype, scheduler policies) that excludes every "
                                "reachable GPU or names a policy HAMi does not know.",
+    "kai-annotation-invalid": "A KAI Scheduler fractional-GPU annotation KAI refuses: gpu-fraction outside (0, 1), "
+                              "gpu-memory or gpu-fraction-num-devices not a positive integer, a "
+                              "gpu-fraction-container-name naming no container, or a fraction beside a whole-GPU "
+                              "limit.",
 }
 
 

@@ -116,7 +116,7 @@ def _load_engine(path: str, report: Report,
 def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tally,
                     tenancy: Tenancy) -> Iterator[Diagnostic]:
     from cli.manifests import objects
-    from policy.admission import fractions, workloads
+    from policy.admission import workloads
     from policy.admission.engine import NOT_CHECKED
     from policy.resolved.tenancy import namespace_label_findings
 
@@ -131,16 +131,13 @@ def _admit_document(engine: Engine, doc: Document, default_ns: str, tally: _Tall
         ns = (workload.namespace if workload else None) or _namespace(obj) or default_ns
         if workload is not None:
             yield from _cloud_vgpu(workload, prefix, doc)
-        asks = workload is not None and (not workloads.read_gpu_request(workload).empty
-                                         or fractions.read(obj, workload) is not None)
-        if asks:
-            yield from _unknown_annotations(obj, workload, prefix, doc)
         decision = engine.evaluate(obj, tenants=engine.tenants_for(tally.namespaces.get(ns, {}), namespace=ns))
-        not_checked = any(d.code == NOT_CHECKED for d in decision.diagnostics)
-        tally.unchecked += not_checked
-        # A Pod or controller asking for GPUs, or a workload custom resource one of whose templates does.
-        checked = (asks if workload is not None
-                   else not not_checked and any(t.requests_gpu() for t in engine.kinds.templates(obj) or ()))
+        # What the engine judged (a Pod or controller asking for GPUs, a workload custom resource one of whose
+        # templates does, a DRA claim or claim template), as it worked that out: nothing is read twice here.
+        checked = decision.checked
+        if checked and workload is not None:
+            yield from _unknown_annotations(obj, workload, prefix, doc)
+        tally.unchecked += any(d.code == NOT_CHECKED for d in decision.diagnostics)
         tally.objects += checked
         tally.denied += not decision.allowed
         tally.warned += bool(decision.warnings)

@@ -71,6 +71,8 @@ NOT_COMPILED: Mapping[RuleId, str] = {
     "hami-resource-out-of-range": "HAMi vGPU pods are left to the webhook (see below)",
     "hami-privileged-container": "HAMi vGPU pods are left to the webhook (see below)",
     "hami-annotation-invalid": "HAMi vGPU pods are left to the webhook (see below)",
+    "kai-annotation-invalid": "the policies read no annotations: KAI Scheduler's fractional-GPU pods are left to "
+    "the webhook",
 }
 
 #: What the engine decides and this CEL does not: it allows, and the webhook decides. Each entry: why.

@@ -53,10 +53,11 @@ def select(var: str, name: str) -> tuple[str, str]:
 
 def asks_for_gpu(var: str, kinds: Sequence[WorkloadKind]) -> str:
     """CEL, true when ``var`` (object or oldObject) is of a table kind and one of its templates asks for an
-    nvidia.com/ resource or sets a custom GPU key; each kind's templates are read only for that kind."""
+    nvidia.com/ resource, sets a custom GPU key, or carries KAI Scheduler's fractional-GPU annotations in its
+    metadata; each kind's templates are read only for that kind."""
     parts = []
     for kind in kinds:
-        templates = " || ".join(_template(var, ref) for ref in kind.templates)
+        templates = " || ".join(f"{_template(var, ref)}{_kai(var, ref)}" for ref in kind.templates)
         parts.append(f"(request.kind.group == '{kind.group}' && request.kind.kind == '{kind.kind}' && ({templates}))")
     return " || ".join(parts) if parts else "false"
 
@@ -103,3 +104,16 @@ def _template(var: str, ref: PodTemplateRef) -> str:
         leaves.append(_walk("@", parse(ref.pod_spec_patch), "string(@).contains('nvidia.com/')", names))
     body = " || ".join(f"({leaf})" for leaf in leaves)
     return f"({_walk(var, parse(ref.path), f'({body})', names)})"
+
+
+def _kai(var: str, ref: PodTemplateRef) -> str:
+    """`` || CEL`` true when the template's metadata carries gpu-fraction or gpu-memory (policy/admission/fractions.py),
+    where the engine reads a template's metadata: beside a PodTemplateSpec's spec, or an Argo template's own; "" for
+    a template with none (its pod spec elsewhere)."""
+    if ref.pod_spec != ".":
+        return ""
+    steps = parse(ref.path)
+    base = steps[:-1] if steps[-1:] == ("spec",) else steps
+    leaf = ("has(@.metadata) && has(@.metadata.annotations) && type(@.metadata.annotations) == map && "
+            "('gpu-fraction' in @.metadata.annotations || 'gpu-memory' in @.metadata.annotations)")
+    return f" || ({_walk(var, base, leaf, _Names())})"

@@ -124,6 +124,15 @@ def review(policy: ClaimPolicy, obj: Mapping[str, Any], tenants: Sequence[str],
     return tuple(found)
 
 
+def asks_gpu(policy: ClaimPolicy, obj: Mapping[str, Any]) -> bool:
+    """Whether a claim or template asks for a GPU this policy judges: a request naming one of its DeviceClasses or
+    one of NVIDIA's (another vendor's device or a NIC is not its business)."""
+    devices, base = devices_of(obj)
+    return any(isinstance(c := request.get("deviceClassName"), str) and (c in policy.classes
+                                                                          or c.endswith(NVIDIA_SUFFIX))
+               for _, request, _ in _requests(devices, base))
+
+
 def _request_findings(policy: ClaimPolicy, allowed: frozenset[str], who: str, class_name: str,
                       request: Mapping[str, Any], path: Path) -> Iterator[Diagnostic]:
     dc = policy.classes.get(class_name)

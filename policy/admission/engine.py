@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import orjson
@@ -12,6 +12,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from policy.admission import budget, claims, fractions, remedies, templates
+from policy.admission.fixes import AddToleration, Fix, Pin, SetNodeSelector
 from policy.admission.rules import (
     RULES,
     Access,
@@ -29,15 +30,15 @@ from policy.admission.workloads import (
     api_group,
     find_workload,
     gpu_resources_anywhere,
-    object_name,
     placement_fields,
     read_gpu_request,
     read_placement,
+    subject_of,
 )
 from policy.kube import selectors
 from policy.kube.scheduling import NodeRequirement, NodeTaint, Placement, Toleration
 from policy.resolved.offers import ALWAYS_ENFORCED, AdmissionPolicy, TenantDoc
-from policy.spec.diagnostics import Diagnostic, Path, Severity, bounded, format_path, shorten
+from policy.spec.diagnostics import Diagnostic, Path, Severity, bounded, format_path, shorten, value_at
 from policy.spec.model import RuleId
 
 SEVERITY: Mapping[str, Severity] = {"enforce": "error", "warn": "warning", "audit": "info"}
@@ -68,6 +69,9 @@ class Decision:
     """code = rule id; severity error (enforce: deny), warning (warn) or info (audit); path into the object."""
     subject: str = ""
     """The object as messages name it: ``Deployment nlp-inference``."""
+    checked: bool = field(default=False, compare=False)  # bookkeeping for counts, no part of the verdict
+    """The object asks for GPUs in a way the engine reads (nvidia.com/ resources, KAI annotations, a template that
+    does, a DRA claim) and was judged: what `admit` counts as a workload checked."""
 
     @property
     def message(self) -> str:
@@ -229,31 +233,40 @@ class Engine:
             if found is None:
                 return _unchecked(obj)
             return self._evaluate_templates(obj, found, tenants, operation, old_obj, expired, known)
-        if self._claims.classes and workload.pod_spec.get("resourceClaims"):
+        return self._evaluate_workload(obj, workload, tenants, operation, old_obj, expired, known)
+
+    def _evaluate_workload(self, obj: Mapping[str, Any], workload: Workload, tenants: Sequence[str], operation: str,
+                           old_obj: Mapping[str, Any] | None, expired: budget.Expired, known: Nodes,
+                           ask: templates.Ask | None = None) -> Decision:
+        """``evaluate`` for a Pod or pod controller; ``ask``: what it asks for, where already worked out (a custom
+        resource's template), so that it is read once; ``known``: the nodes known for this call."""
+        claimed = bool(self._claims.classes and workload.pod_spec.get("resourceClaims"))
+        if claimed:
             denied = self._pod_claims(workload, tenants, operation, old_obj)
             if denied is not None:
                 return denied
-        request = None
+        request = ask.request if ask is not None else None
         if operation == "UPDATE":
-            request = read_gpu_request(workload)
+            request = request if request is not None else read_gpu_request(workload)
             if request.empty:
                 return ALLOWED
             if self._unchanged(workload, request, old_obj):
-                return Decision(True, (), workload.subject)
+                return Decision(True, (), workload.subject, checked=True)
         names = _tenant_names(tenants)
         template = without_instance_fields(obj)
         key = _memo_key(template, names, _node_part(workload, known, self._nodes)) if self._memo_size else None
         judged = self._memo.get(key, _UNJUDGED) if key is not None else _UNJUDGED
         if judged is _UNJUDGED:
-            judged = self._judge(template, workload, names, request, expired, known)
+            fraction = ask.fraction if ask is not None else fractions.read(template, workload)
+            judged = self._judge(template, workload, names, request, fraction, expired, known)
             if key is not None:
                 if len(self._memo) >= self._memo_size:
                     self._memo.clear()  # bounded like the caches above; refilled by the next reviews
                 self._memo[key] = judged
-        if judged is None:
-            return ALLOWED  # no GPU request
+        if judged is None:  # no GPU request; its claims, where it names any, were judged above
+            return Decision(True, (), workload.subject, checked=True) if claimed else ALLOWED
         allowed, diagnostics = judged
-        return Decision(allowed, diagnostics, workload.subject)
+        return Decision(allowed, diagnostics, workload.subject, checked=True)
 
     def _claim_decision(self, obj: Mapping[str, Any], tenants: Sequence[str], operation: str,
                         old_obj: Mapping[str, Any] | None) -> Decision:
@@ -261,7 +274,7 @@ class Engine:
         gpu-request-invalid."""
         found = claims.claim_findings(self._claims, obj, _tenant_names(tenants), self.access(tenants).who, operation,
                                       old_obj)
-        return Decision(not found, found, f"{obj.get('kind')} {object_name(obj.get('metadata'))}")
+        return Decision(not found, found, subject_of(obj), checked=claims.asks_gpu(self._claims, obj))
 
     def _pod_claims(self, workload: Workload, tenants: Sequence[str], operation: str,
                     old_obj: Mapping[str, Any] | None) -> Decision | None:
@@ -273,7 +286,7 @@ class Engine:
                 return None  # the claims it names are unchanged: never denied for them now
         found = claims.pod_findings(self._claims, workload.pod_spec, workload.spec_path, _tenant_names(tenants),
                                     self.access(tenants).who)
-        return Decision(False, found, workload.subject) if found else None
+        return Decision(False, found, workload.subject, checked=True) if found else None
 
     def _evaluate_templates(self, obj: Mapping[str, Any], found: tuple[templates.Template, ...], tenants: Sequence[str],
                             operation: str, old_obj: Mapping[str, Any] | None, expired: budget.Expired,
@@ -285,33 +298,120 @@ class Engine:
         allowed, judged = True, []
         for template in found:
             budget.check(expired, "judging pod templates")  # a memo hit skips the checks inside evaluate
-            if not template.requests_gpu():
+            ask = template.ask
+            if ask is None or not ask.any:
                 continue
-            decision = self.evaluate(template.pod, tenants=tenants, operation=operation, old_obj=old.get(template.path),
-                                     expired=expired, nodes=nodes)
+            decision = self._evaluate_workload(template.pod, ask.workload, tenants, operation,
+                                               old.get(template.path), expired, nodes, ask)
             allowed = allowed and decision.allowed
-            judged.append((template, tuple(template.locate(d) for d in decision.diagnostics)))
+            located = tuple(self._fixed(obj, template, template.locate(d), tenants, expired, nodes)
+                            for d in decision.diagnostics)
+            judged.append((template, located))
         if not judged:
             return _unchecked(obj)
-        return Decision(allowed, templates.joined(judged), self.kinds.subject(obj))
+        return Decision(allowed, templates.joined(judged), subject_of(obj), checked=True)
+
+    def _fixed(self, obj: Mapping[str, Any], template: templates.Template, d: Diagnostic, tenants: Sequence[str],
+               expired: budget.Expired, nodes: Nodes) -> Diagnostic:
+        """A located finding whose fix, moved onto the object's own fields, is written as the object's JSON Patch:
+        the patch found on the template's pod spec, where that is the object's own, else the edits applied to the
+        template's part of the object (a copy of that part alone: linear in the template,
+        however many templates the object has). For a template built from fields outside a pod spec, the fix is
+        kept only once the template, built again from the edited part, is admitted (a podSpecPatch may set the
+        field the fix edits); otherwise it is dropped and the hint keeps it in words."""
+        if d.fix is None:
+            return d
+        if template.direct and all(f.patch for f in (d.fix, *d.fix.alternatives)):
+            return d  # the pod spec is the object's own: the patch found on it, moved, is the object's
+        base = template.base
+        part = value_at(obj, base) if base else obj
+        if not isinstance(part, Mapping):
+            return replace(d, fix=None)
+
+        def patched(fix: Fix) -> tuple[Fix, Mapping[str, Any]] | None:
+            local = fix.relocated(lambda p: p[len(base):] if p[:len(base)] == base else None)
+            if local is None:
+                return None
+            doc, ops = local.apply(part)
+            return replace(fix, patch=tuple({**op, "path": (*base, *op["path"])} for op in ops)), doc
+
+        found = patched(d.fix)
+        if found is None:
+            return replace(d, fix=None)
+        fix, doc = found
+        if template.direct:
+            alternatives = tuple(each[0] for each in map(patched, fix.alternatives) if each is not None)
+            return replace(d, fix=replace(fix, alternatives=alternatives))
+        # the alternatives would each need a check of their own: the hint names them, the JSON has the first fix
+        fix = replace(fix, alternatives=())
+        again = template.again(obj, doc)
+        ask = again.ask if again is not None else None
+        admitted = ask is None or not ask.any or self._evaluate_workload(
+            again.pod, ask.workload, tenants, "CREATE", None, expired, nodes, ask).diagnostics == ()  # type: ignore[union-attr]
+        return replace(d, fix=fix if admitted else None)
 
     def _judge(self, template: Mapping[str, Any], workload: Workload, tenants: tuple[str, ...],
-               request: GpuRequest | None, expired: budget.Expired,
-               nodes: Nodes) -> tuple[bool, tuple[Diagnostic, ...]] | None:
+               request: GpuRequest | None, fraction: fractions.Fraction | None,
+               expired: budget.Expired, nodes: Nodes) -> tuple[bool, tuple[Diagnostic, ...]] | None:
         """The verdict and findings (each with its checked fix) on an object without its instance fields; None
-        when it asks for no GPU. ``request``: the workload's, when already read."""
+        when it asks for no GPU. ``request``: the workload's, when already read; ``fraction``: its KAI annotations
+        (KAI's fractional GPUs ask by annotation, not by resource)."""
         if request is None:
             request = read_gpu_request(workload)
-        fraction = fractions.read(template, workload)  # KAI's fractional GPUs ask by annotation, not by resource
-        kai = fractions.finding(fraction, self.access(tenants), self._severity["tenant-sharing-mode-denied"]) \
-            if fraction is not None else None
+        kai = self._kai_findings(template, workload, tenants, fraction) if fraction is not None else ()
         if request.empty:
-            return None if fraction is None else (kai is None or kai.severity != "error", (kai,) if kai else ())
+            return None if fraction is None else (not any(d.severity == "error" for d in kai), kai)
         judged = self._judge_request(template, workload, tenants, request, expired, nodes)
-        if kai is None:
+        if not kai:
             return judged
         allowed, diagnostics = judged if judged is not None else (True, ())
-        return allowed and kai.severity != "error", (kai, *diagnostics)
+        return allowed and not any(d.severity == "error" for d in kai), (*kai, *diagnostics)
+
+    def _kai_findings(self, obj: Mapping[str, Any], workload: Workload, tenants: tuple[str, ...],
+                      fraction: fractions.Fraction) -> tuple[Diagnostic, ...]:
+        """What is wrong with a KAI fractional-GPU pod: what KAI refuses in its annotations (first: such a pod
+        never runs), else the sharing mode its tenant may not use, else the classes outside the tenant's that KAI
+        may place it on (with a pin to one of the tenant's, checked)."""
+        if fraction.problems:
+            return fractions.invalid(fraction, self._severity["kai-annotation-invalid"])
+        access, severity = self.access(tenants), self._severity["tenant-sharing-mode-denied"]
+        mode = fractions.finding(fraction, access, severity)
+        if mode is not None or access.classes is None:
+            return (mode,) if mode is not None else ()
+        outside = self._kai_outside(workload, access)
+        if not outside:
+            return ()
+        fix = next((f for f in self._kai_pins(workload, access) if not self._kai_outside(
+            find_workload(f.apply(obj)[0]), access)), None)  # type: ignore[arg-type]
+        if fix is not None:
+            fix = replace(fix, patch=fix.apply(obj)[1])
+        return (fractions.class_finding(fraction, access, outside, fix, severity),)
+
+    def _kai_outside(self, workload: Workload, access: Access) -> tuple[str, ...]:
+        """The classes outside the tenant's that KAI may place a fractional-GPU pod on: those offering whole GPUs
+        (nvidia.com/gpu, of which KAI reserves one to share) that the pod's placement does not exclude."""
+        placement = read_placement(workload, tolerations=bool(self._tainted))
+        fitting, _ = self._fitting_classes(fractions.RESERVED)
+        conflicts = self._conflicts(placement, workload.spec_path, self._untolerated_by(placement))
+        return tuple(self._classes[i].name for i in fitting if conflicts[i] is None
+                     and self._classes[i].name not in (access.classes or ()))
+
+    def _kai_pins(self, workload: Workload, access: Access) -> Iterator[Fix]:
+        """A pin to each of the tenant's classes that offers whole GPUs, in policy order: its nodeSelector entries
+        (replacing the pod's where they differ) and tolerations of its nodes' taints."""
+        stated = workload.pod_spec.get("nodeSelector")
+        stated = stated if isinstance(stated, Mapping) else {}
+        tolerations = read_placement(workload).tolerations
+        for view in self._classes:
+            if view.name not in (access.classes or ()) or not view.fits(fractions.RESERVED):
+                continue
+            edits: list[SetNodeSelector | AddToleration] = [
+                SetNodeSelector(workload.spec_path, k, v, overrides=k in stated) for k, v in view.node_selector
+                if stated.get(k) != v]
+            edits += [AddToleration(workload.spec_path, t.key, "Equal" if t.value else "Exists", t.value, t.effect)
+                      for t in view.taints if not t.tolerated_by(tolerations)]
+            if edits:
+                yield Fix((Pin(view.name, tuple(edits)),))
 
     def _judge_request(self, template: Mapping[str, Any], workload: Workload, tenants: tuple[str, ...],
                        request: GpuRequest, expired: budget.Expired,
@@ -545,7 +645,7 @@ def _unchecked(obj: Any) -> Decision:
     resources = gpu_resources_anywhere(obj)
     if not resources:
         return ALLOWED
-    subject = f"{obj['kind']} {object_name(obj.get('metadata'))}"
+    subject = subject_of(obj)
     notice = Diagnostic(
         NOT_CHECKED,
         f"{subject} ({api_group(obj) or 'core'} API group) asks for {', '.join(resources)} in a kind whose pod "

@@ -9,9 +9,9 @@ RFC 6901 pointers into the object), which `gpupolicy admit --output json` and th
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from policy.kube.scheduling import NodeTaint
 from policy.spec.diagnostics import Path, quotable, value_at
@@ -28,6 +28,44 @@ def pointer(path: Path) -> str:
 
 def _rooted(root: Path, path: Path) -> str:
     return pointer((*root, *path))
+
+
+Where = Callable[[Path], "Path | None"]
+"""Where a path into the object a fix was found for is in another object (a custom resource holding it as a pod
+template), or None where that object has no such field (policy/admission/templates.py, Template.where)."""
+_E = TypeVar("_E", bound="_PodSpecEdit")
+
+
+class _PodSpecEdit:
+    """An edit of one pod spec field (``spec_path`` + ``field``): moved with that field."""
+
+    spec_path: Path
+    field: ClassVar[str]
+
+    def relocated(self: _E, where: Where) -> _E | None:
+        found = where((*self.spec_path, self.field))
+        return replace(self, spec_path=found[:-1]) if found is not None else None  # type: ignore[type-var]
+
+
+class _FieldEdit:
+    """An edit of one field at ``path``: moved with it."""
+
+    path: Path
+
+    def relocated(self: Any, where: Where) -> Any:
+        found = where(self.path)
+        return replace(self, path=found) if found is not None else None
+
+
+class _ContainerEdit:
+    """An edit of one container's resources: moved with the container (never onto one whose resources are written
+    under another key or inside a string, where ``where`` answers None)."""
+
+    container_path: Path
+
+    def relocated(self: Any, where: Where) -> Any:
+        found = where(self.container_path)
+        return replace(self, container_path=found) if found is not None else None
 
 
 #: Edits a hint names one by one: a pod of 1,000 containers gets a hint of a few lines, not of 1,000 clauses.
@@ -86,7 +124,7 @@ def _present(doc: Doc, path: Path) -> bool:
 
 
 @dataclass(frozen=True)
-class SetNodeSelector:
+class SetNodeSelector(_PodSpecEdit):
     """Set one nodeSelector entry of the pod spec."""
 
     spec_path: Path
@@ -95,6 +133,7 @@ class SetNodeSelector:
     overrides: bool = False
     """The pod's nodeSelector already names the key with another value (the object's stated intent)."""
     kind: ClassVar[str] = "set-node-selector"
+    field: ClassVar[str] = "nodeSelector"
 
     def apply(self, doc: Doc) -> list[PatchOp]:
         return [_put(doc, (*self.spec_path, "nodeSelector", self.key), self.value)]
@@ -108,7 +147,7 @@ class SetNodeSelector:
 
 
 @dataclass(frozen=True)
-class AddToleration:
+class AddToleration(_PodSpecEdit):
     """Add a toleration of one taint to the pod spec."""
 
     spec_path: Path
@@ -117,6 +156,7 @@ class AddToleration:
     value: str
     effect: str
     kind: ClassVar[str] = "add-toleration"
+    field: ClassVar[str] = "tolerations"
 
     @property
     def toleration(self) -> dict[str, str]:
@@ -146,6 +186,10 @@ class Pin:
     node_class: str
     edits: tuple[SetNodeSelector | RemovePlacement | AddToleration, ...]
 
+    def relocated(self, where: Where) -> Pin | None:
+        edits = tuple(e.relocated(where) for e in self.edits)
+        return replace(self, edits=edits) if None not in edits else None  # type: ignore[arg-type]
+
     def describe(self) -> str:
         entries = [e for e in self.edits if isinstance(e, SetNodeSelector)]
         rest = [e.describe() for e in self.edits if not isinstance(e, SetNodeSelector)]
@@ -160,7 +204,7 @@ class Pin:
 
 
 @dataclass(frozen=True)
-class SetField:
+class SetField(_FieldEdit):
     """Set one field of the object a rule reads (a scheduler name, an annotation) to a value."""
 
     path: Path
@@ -180,7 +224,7 @@ class SetField:
 
 
 @dataclass(frozen=True)
-class RemoveField:
+class RemoveField(_FieldEdit):
     """Remove one field of the object a rule reads (spec.nodeName, a container's privileged flag, an annotation)."""
 
     path: Path
@@ -209,7 +253,7 @@ class RemovePlacement(RemoveField):
 
 
 @dataclass(frozen=True)
-class SetAmount:
+class SetAmount(_ContainerEdit):
     """Write one amount into a container's limits, and into its requests where it has one (they must be equal)."""
 
     container_path: Path
@@ -233,7 +277,7 @@ class SetAmount:
 
 
 @dataclass(frozen=True)
-class RenameResource:
+class RenameResource(_ContainerEdit):
     """Ask for another resource instead of one a container names, in its limits and requests alike."""
 
     container_path: Path
@@ -262,7 +306,7 @@ class RenameResource:
 
 
 @dataclass(frozen=True)
-class RemoveResource:
+class RemoveResource(_ContainerEdit):
     """Drop one resource from a container's limits and requests."""
 
     container_path: Path
@@ -335,9 +379,11 @@ class Fix:
 
     def describe(self) -> str:
         """The fix in words; a fix of many edits names the first MAX_DESCRIBED (its JSON form has every one)."""
-        named = [s.describe() for s in self.steps[:MAX_DESCRIBED]]
-        if len(self.steps) > MAX_DESCRIBED:
-            named.append(f"{len(self.steps) - MAX_DESCRIBED} more edits like them")
+        # the same edit in several templates (pin each to one class) is named once; the JSON has each
+        distinct = list(dict.fromkeys(s.describe() for s in self.steps))
+        named = distinct[:MAX_DESCRIBED]
+        if len(distinct) > MAX_DESCRIBED:
+            named.append(f"{len(distinct) - MAX_DESCRIBED} more edits like them")
         text = _join(named)
         notes = [n for n in (self.note, self._or()) if n]
         return f"{text} ({'; '.join(notes)})" if notes else text
@@ -354,6 +400,18 @@ class Fix:
         doc = dict(obj)
         ops = [op for edit in self.edits for op in edit.apply(doc)]
         return doc, tuple(ops)
+
+    def relocated(self, where: Where) -> Fix | None:
+        """The same edits at the paths ``where`` gives them in another object; None where some edit's field has no
+        place there. Alternatives that have none are dropped. The JSON Patch is moved too where every operation's
+        path has a place, which is right only where the other object holds the same fields there (a pod spec that
+        is the object's own): otherwise apply the result to that object for its patch."""
+        steps = tuple(s.relocated(where) for s in self.steps)
+        if None in steps:
+            return None
+        ops = tuple({**op, "path": path} for op in self.patch if (path := where(op["path"])) is not None)
+        others = tuple(a for a in (a.relocated(where) for a in self.alternatives) if a is not None)
+        return Fix(steps, self.note, ops if len(ops) == len(self.patch) else (), (), others)  # type: ignore[arg-type]
 
     def under(self, prefix: Path) -> Fix:
         """The same fix for a reader holding the object at ``prefix`` of a larger document."""

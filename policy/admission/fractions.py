@@ -14,10 +14,11 @@ pkg/binder/common/gpu_access.go (GetFractionContainerRef: init containers first,
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from policy.admission.fixes import Fix
 from policy.admission.rules import Access
 from policy.admission.workloads import Workload
 from policy.kube.fields import Path, descend, is_mapping
@@ -45,7 +46,7 @@ class Fraction:
     """A pod's KAI fractional-GPU request, as its annotations write it."""
 
     key: str
-    """``gpu-fraction`` or ``gpu-memory``."""
+    """``gpu-fraction`` or ``gpu-memory`` (``gpu-fraction-num-devices`` where it is written without either)."""
     value: str
     container: str
     """The container that gets the GPU (its name, or ``#0`` for an unnamed first container)."""
@@ -54,6 +55,9 @@ class Fraction:
     """The sharing mode it amounts to: ``time-slicing``, or ``mps`` with the mps annotation."""
     path: Path
     """Where the annotation is in the object."""
+    problems: tuple[tuple[str, Path], ...] = ()
+    """What KAI refuses in the annotations (its words, where), in the order its validator checks: such a pod is
+    refused by KAI's admission webhook, or never bound."""
 
 
 def annotations_of(obj: Mapping[str, Any], workload: Workload) -> tuple[Mapping[str, Any], Path]:
@@ -64,27 +68,111 @@ def annotations_of(obj: Mapping[str, Any], workload: Workload) -> tuple[Mapping[
 
 
 def read(obj: Mapping[str, Any], workload: Workload) -> Fraction | None:
-    """The pod's KAI fractional-GPU request, or None when it asks KAI for none."""
+    """The pod's KAI fractional-GPU request, or None when it asks KAI for none; what KAI would refuse in it is
+    in ``problems`` (gpu_request_validator.go ValidateGpuRequests, gpu_access.go GetFractionContainerRef)."""
     annotations, path = annotations_of(obj, workload)
-    key = next((k for k in ASKING if isinstance(annotations.get(k), str)), None)
+    key = next((k for k in (*ASKING, FRACTION_DEVICES) if k in annotations), None)
     if key is None:
         return None
+    problems = [(f"annotation values are strings, and {k} is written as {type(annotations[k]).__name__} "
+                 f"{annotations[k]!r} (the API server refuses the object)", (*path, k))
+                for k in KAI_VALUES if k in annotations and not isinstance(annotations[k], str)]
+    problems += _refused(annotations, path, _whole_gpu_limit(workload.pod_spec))
     wanted = annotations.get(FRACTION_CONTAINER)
-    container, init = _container(workload.pod_spec, wanted if isinstance(wanted, str) else None)
+    container, init, found = _container(workload.pod_spec, wanted if isinstance(wanted, str) else None)
+    if isinstance(wanted, str) and not found:
+        problems.append((f"{FRACTION_CONTAINER} names container {wanted!r}, which the pod does not have (KAI: "
+                         f"\"container with name {wanted} not found for fraction request\")",
+                         (*path, FRACTION_CONTAINER)))
     mode = "mps" if annotations.get(MPS) == "true" else "time-slicing"
-    return Fraction(key, annotations[key], container, init, mode, (*path, key))
+    return Fraction(key, str(annotations[key]), container, init, mode, (*path, key), tuple(problems))
 
 
-def _container(spec: Mapping[str, Any], wanted: str | None) -> tuple[str, bool]:
-    """The container KAI gives the GPU: the named one (init containers first, as KAI looks), else the first."""
+#: The annotations whose values KAI parses.
+KAI_VALUES = (GPU_FRACTION, GPU_MEMORY, FRACTION_DEVICES, FRACTION_CONTAINER)
+
+
+def _refused(annotations: Mapping[str, Any], path: Path, whole: bool) -> list[tuple[str, Path]]:
+    """KAI's ValidateGpuRequests, check by check, each with KAI's own message."""
+    found: list[tuple[str, Path]] = []
+    fraction, memory = GPU_FRACTION in annotations, GPU_MEMORY in annotations
+    if fraction and whole:
+        found.append(("KAI refuses a pod with both a GPU fraction and a whole-GPU limit (\"cannot have both GPU "
+                      "fraction request and whole GPU resource request/limit\")", (*path, GPU_FRACTION)))
+    if memory and (fraction or whole):
+        found.append(("KAI refuses a pod asking for GPU memory and for a GPU fraction or a whole GPU (\"cannot "
+                      "request both GPU and GPU memory\")", (*path, GPU_MEMORY)))
+    if FRACTION_DEVICES in annotations and not (fraction or memory):
+        found.append((f"{FRACTION_DEVICES} without {GPU_FRACTION} or {GPU_MEMORY} asks for no portion (KAI: "
+                      "\"cannot request multiple fractional devices without specifying fraction portion or "
+                      "gpu-memory\")", (*path, FRACTION_DEVICES)))
+    if memory and isinstance(annotations[GPU_MEMORY], str) and not _positive_integer(annotations[GPU_MEMORY]):
+        found.append((f"{GPU_MEMORY}: {annotations[GPU_MEMORY]!r} is not a whole number of MiB above 0 (KAI: "
+                      "\"gpu-memory annotation value must be a positive integer greater than 0\")",
+                      (*path, GPU_MEMORY)))
+    if fraction and isinstance(annotations[GPU_FRACTION], str) and not _portion(annotations[GPU_FRACTION]):
+        found.append((f"{GPU_FRACTION}: {annotations[GPU_FRACTION]!r} is not a portion of one GPU, a number above 0 "
+                      "and below 1 (KAI: \"gpu-fraction annotation value must be a positive number smaller than "
+                      "1.0\")", (*path, GPU_FRACTION)))
+    devices = annotations.get(FRACTION_DEVICES)
+    if isinstance(devices, str) and not _positive_integer(devices):
+        found.append((f"{FRACTION_DEVICES}: {devices!r} is not a whole number of GPUs above 0 (KAI: \"fraction "
+                      "count annotation value must be a positive integer greater than 0\")",
+                      (*path, FRACTION_DEVICES)))
+    return found
+
+
+def _positive_integer(text: str) -> bool:
+    # Go's strconv.ParseUint(text, 10, 64): decimal digits only (no sign, no space), within 64 bits
+    return text.isascii() and text.isdigit() and 0 < int(text) < 2**64
+
+
+def _portion(text: str) -> bool:
+    # strconv.ParseFloat accepts more spellings than float() (hex floats, underscores), none a KAI user writes
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return 0 < value < 1
+
+
+def _whole_gpu_limit(spec: Mapping[str, Any]) -> bool:
+    """Whether a container or init container limits nvidia.com/gpu (KAI's getFirstGPULimit)."""
+    for section in ("containers", "initContainers"):
+        items = spec.get(section)
+        for item in items if isinstance(items, list) else ():
+            resources = item.get("resources") if is_mapping(item) else None
+            limits = resources.get("limits") if is_mapping(resources) else None
+            if is_mapping(limits) and WHOLE_GPU in limits:
+                return True
+    return False
+
+
+WHOLE_GPU = "nvidia.com/gpu"
+
+
+def _container(spec: Mapping[str, Any], wanted: str | None) -> tuple[str, bool, bool]:
+    """The container KAI gives the GPU: the named one (init containers first, as KAI looks), else the first; and
+    whether a name given was found."""
     for section, init in (("initContainers", True), ("containers", False)):
         items = spec.get(section)
         for item in items if isinstance(items, list) else ():
             if wanted is not None and is_mapping(item) and item.get("name") == wanted:
-                return wanted, init
+                return wanted, init, True
     items = spec.get("containers")
     first = items[0] if isinstance(items, list) and items and is_mapping(items[0]) else {}
-    return (wanted or str(first.get("name") or "#0")), False
+    return (wanted or str(first.get("name") or "#0")), False, wanted is None
+
+
+def invalid(fraction: Fraction, severity: str) -> tuple[Diagnostic, ...]:
+    """kai-annotation-invalid for each thing KAI refuses in the annotations. No typed fix: the value meant is the
+    user's to say."""
+    return tuple(Diagnostic(
+        "kai-annotation-invalid", f"the pod's KAI Scheduler annotations ask for a GPU KAI refuses: {message}", path,
+        "write gpu-fraction as a portion of one GPU (\"0.5\"), gpu-memory as MiB (\"2000\"), "
+        "gpu-fraction-num-devices as a count (\"2\"), as quoted strings, gpu-fraction-container-name as one of the "
+        "pod's containers, and whole GPUs as resources.limits nvidia.com/gpu without these annotations",
+        severity=severity) for message, path in fraction.problems)  # type: ignore[arg-type]
 
 
 def finding(fraction: Fraction, access: Access, severity: str) -> Diagnostic | None:
@@ -105,6 +193,27 @@ def finding(fraction: Fraction, access: Access, severity: str) -> Diagnostic | N
         f"no change to this object within the policy admits it as a KAI fractional-GPU pod: ask the platform team "
         f"to allow {fraction.mode} for {access.who}{whole}",
         severity=severity)  # type: ignore[arg-type]
+
+
+#: What one fractional-GPU pod takes from a node: KAI reserves a whole GPU (nvidia.com/gpu) and shares it.
+RESERVED = ((WHOLE_GPU, 1),)
+
+
+def class_finding(fraction: Fraction, access: Access, outside: Sequence[str], fix: Fix | None,
+                  severity: str) -> Diagnostic:
+    """tenant-sharing-mode-denied where KAI may place the pod on classes outside the tenant's: KAI shares a GPU of
+    any node with whole GPUs the pod's placement allows, so the pod must be pinned to one of the tenant's."""
+    mine = ", ".join(sorted(access.classes or ())) or "none"
+    listed = ", ".join(outside[:4]) + (f" and {len(outside) - 4} more" if len(outside) > 4 else "")
+    hint = fix.describe() if fix is not None else (
+        f"no change to this object within the policy admits it: no pin to one of {access.who}'s classes ({mine}) "
+        f"keeps KAI off the others; ask the platform team to allow another class for {access.who}")
+    return Diagnostic(
+        "tenant-sharing-mode-denied",
+        f"the pod asks KAI Scheduler for a fractional GPU ({fraction.key}: {fraction.value!r}), and KAI may share a "
+        f"GPU of any node whose whole GPUs the pod's placement allows: class {listed}, which {access.who} may not "
+        f"use ({access.who} may use class {mine} only)",
+        fraction.path, hint, severity=severity, fix=fix)  # type: ignore[arg-type]
 
 
 def unknown_gpu_annotations(obj: Mapping[str, Any], workload: Workload) -> tuple[tuple[str, Path], ...]:

@@ -674,6 +674,11 @@ RULES: tuple[Rule, ...] = (
     Rule("tenant-sharing-mode-denied", "enforce",
          "the scheduler may pick a class or sharing mode the namespace's tenant may not use", check_tenant_access),
     *(Rule(*rule) for rule in vgpu.RULES),
+    # Judged by the engine from the pod's annotations (policy/admission/fractions.py), which Facts do not carry.
+    Rule("kai-annotation-invalid", "enforce",
+         "a KAI Scheduler fractional-GPU annotation KAI refuses (a gpu-fraction outside (0, 1), a gpu-memory or "
+         "device count that is not a positive integer, a container name naming no container, a fraction beside a "
+         "whole-GPU limit)", lambda facts: ()),
 )
 
 
@@ -697,6 +702,7 @@ SUBJECTS: Mapping[RuleId, frozenset[str]] = {
     "hami-resource-out-of-range": frozenset({"set-resource", "remove-resource"}),
     "hami-privileged-container": frozenset({"remove-field"}),
     "hami-annotation-invalid": frozenset({"set-field", "remove-field"}),
+    "kai-annotation-invalid": frozenset({"set-field", "remove-field"}),
 }
 
 

@@ -9,18 +9,19 @@ visits the parts of the object it names, once.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
 
 from policy.admission import fractions
-from policy.admission.fixes import Fix, Pin
-from policy.admission.workloads import api_group, find_workload, object_name, read_gpu_request
-from policy.kube.fields import Path, descend, is_mapping
+from policy.admission.fixes import Fix
+from policy.admission.workloads import GpuRequest, Workload, find_workload, lookup, read_gpu_request
+from policy.kube.fields import Path, is_mapping
 from policy.spec import plain_data
-from policy.spec.diagnostics import Diagnostic, format_path
+from policy.spec.diagnostics import Diagnostic, format_path, value_at
 from policy.spec.model import PodTemplateRef, WorkloadKind
 
 #: A podSpecPatch longer than this is not parsed (a pod spec patch of a few fields is a few hundred characters).
@@ -64,6 +65,35 @@ def walk(value: Any, steps: Sequence[Step], at: Path = ()) -> Iterator[tuple[Any
     return iter(found)
 
 
+#: The fields of a core/v1 PodSpec (k8s.io/api core/v1 types.go PodSpec, v1.34): a template's Pod is built from
+#: these alone, so two templates that differ only in their own fields (an Argo template's name, inputs, steps) are
+#: the same Pod, and the engine's memo judges it once.
+POD_SPEC_FIELDS = frozenset({
+    "volumes", "initContainers", "containers", "ephemeralContainers", "restartPolicy", "terminationGracePeriodSeconds",
+    "activeDeadlineSeconds", "dnsPolicy", "nodeSelector", "serviceAccountName", "serviceAccount",
+    "automountServiceAccountToken", "nodeName", "hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace",
+    "securityContext", "imagePullSecrets", "hostname", "subdomain", "affinity", "schedulerName", "tolerations",
+    "hostAliases", "priorityClassName", "priority", "dnsConfig", "readinessGates", "runtimeClassName",
+    "enableServiceLinks", "preemptionPolicy", "overhead", "topologySpreadConstraints", "setHostnameAsFQDN", "os",
+    "hostUsers", "schedulingGates", "resourceClaims", "resources"})
+
+
+@dataclass(frozen=True)
+class Ask:
+    """What a template's Pod asks for, worked out once: its pod spec, its nvidia.com/ request and its KAI
+    fractional-GPU annotations (the engine judges from these and does not read them again)."""
+
+    workload: Workload
+    request: GpuRequest
+    fraction: fractions.Fraction | None
+
+    @property
+    def any(self) -> bool:
+        """Whether the Pod asks for any nvidia.com/ resource (or writes an amount the API server refuses), or for a
+        fractional GPU of KAI Scheduler."""
+        return not self.request.empty or self.fraction is not None
+
+
 @dataclass(frozen=True)
 class Template:
     """One pod template of a custom resource, as the Pod the rules judge, and where its parts really are."""
@@ -71,7 +101,7 @@ class Template:
     path: Path
     """Where the template is in the object."""
     pod: Mapping[str, Any]
-    """The Pod the rules judge: the template's pod spec, with the containers written elsewhere appended."""
+    """The Pod the rules judge: the template's pod spec fields, with the containers written elsewhere appended."""
     spec_path: Path
     """Where the pod spec fields are in the object."""
     moved: Mapping[tuple[str, int], Path] = field(default_factory=dict)
@@ -82,17 +112,28 @@ class Template:
     """Index of that container in ``pod``'s containers."""
     metadata_path: Path | None = None
     """Where the template's own metadata (labels, annotations) is, if it has one."""
+    metadata_home: Path | None = None
+    """Where the template's metadata is or would be written (a PodTemplateSpec's, beside its spec)."""
     rebuilt: bool = False
     """``pod``'s spec was built (containers added, a patch merged), not taken as the object has it."""
     opaque: frozenset[tuple[str, int]] = frozenset()
-    """Containers of ``pod`` set inside a string (a podSpecPatch): their findings point at the string itself."""
+    """Containers of ``pod`` set inside a string (a podSpecPatch): their findings point at the string itself, and no
+    edit of the object reaches them."""
+    renamed: Mapping[tuple[str, int], str] = field(default_factory=dict)
+    """Containers of ``pod`` whose resources the object writes under another key (Kubeflow Trainer's
+    ``resourcesPerNode``): findings point there; an edit, which writes ``resources``, does not reach them."""
+    own: frozenset[str] = POD_SPEC_FIELDS
+    """The pod spec fields the object writes at ``spec_path`` itself."""
+    steps: _RefSteps | None = field(default=None, compare=False)
+    """How the template was found (to build it again from an edited object)."""
 
-    def requests_gpu(self) -> bool:
-        """Whether the template's pods ask for any nvidia.com/ resource (or write an amount the API server refuses),
-        or for a fractional GPU of KAI Scheduler."""
+    @functools.cached_property
+    def ask(self) -> Ask | None:
+        """What the Pod asks for; None for a template that is no Pod at all."""
         workload = find_workload(self.pod)
-        return workload is not None and (not read_gpu_request(workload).empty
-                                         or fractions.read(self.pod, workload) is not None)
+        if workload is None:
+            return None
+        return Ask(workload, read_gpu_request(workload), fractions.read(self.pod, workload))
 
     @property
     def label(self) -> str:
@@ -104,7 +145,7 @@ class Template:
         return not self.rebuilt and self.spec_path[-1:] == ("spec",)
 
     def real(self, path: Path) -> Path:
-        """Where a path into ``pod`` is in the object."""
+        """Where a path into ``pod`` is in the object (for a finding: the nearest place the object writes it)."""
         head, rest = (path[0], path[1:]) if path else ("", ())
         if head == "metadata":
             return (*self.metadata_path, *rest) if self.metadata_path is not None else path
@@ -116,30 +157,52 @@ class Template:
                 key = (str(rest[3]), str(rest[4])) if len(rest) >= 5 and rest[2] == "resources" else None
                 return self.keys.get(key, next(iter(self.keys.values()))) if key else next(iter(self.keys.values()))
             if where in self.moved:
-                return self.moved[where] if where in self.opaque else (*self.moved[where], *rest[2:])
+                if where in self.opaque:
+                    return self.moved[where]
+                tail = rest[2:]
+                if where in self.renamed and tail[:1] == ("resources",):
+                    tail = (self.renamed[where], *tail[1:])
+                return (*self.moved[where], *tail)
         return (*self.spec_path, *rest)
+
+    def where(self, path: Path) -> Path | None:
+        """Where a field of ``pod`` an edit writes is in the object, or None where the object has no such field of
+        its own: a container built from GPU keys or set in a string, a pod spec field the template does not write
+        (an Argo template's nodeSelector is its own; a Kubeflow TrainJob's trainer has none)."""
+        head, rest = (path[0], path[1:]) if path else ("", ())
+        if head == "metadata":
+            home = self.metadata_path or self.metadata_home
+            return (*home, *rest) if home is not None else None
+        if head != "spec" or not rest:
+            return None
+        if rest[0] in ("containers", "initContainers") and len(rest) >= 2 and isinstance(rest[1], int):
+            where = (str(rest[0]), rest[1])
+            if (rest[0] == "containers" and rest[1] == self.keyed) or where in self.opaque or where in self.renamed:
+                return None
+            if where in self.moved:
+                return (*self.moved[where], *rest[2:])
+        return (*self.spec_path, *rest) if rest[0] in self.own else None
 
     def locate(self, d: Diagnostic) -> Diagnostic:
         """A finding on ``pod`` as a finding on the object: its path moved back, its message naming the template;
-        its fix kept, with its paths into the object, where it applies to the object as it is."""
-        fix = rooted(d.fix, self.spec_path[:-1]) if d.fix is not None and self.direct else None
+        its fix moved onto the object's own fields where it has them (Engine gives it its JSON Patch), else None."""
+        fix = d.fix.relocated(self.where) if d.fix is not None else None
         return replace(d, message=f"pod template {self.label}: {d.message}", path=self.real(d.path), fix=fix)
 
+    @property
+    def base(self) -> Path:
+        """Where the part of the object holding everything of the template is: the PodTemplateSpec of a template at
+        ``template.spec`` (its metadata is beside its spec), else the template itself. An edit of the template is
+        made on a copy of this part alone, so that fixing each of many templates costs each template's size."""
+        return self.path[:-1] if self.metadata_home is not None else self.path
 
-_PATH_FIELDS = ("spec_path", "path", "container_path")
-
-
-def rooted(fix: Fix, prefix: Path) -> Fix:
-    """The fix with every path written from the object's root: a fix found on one template's pod spec at
-    ``prefix`` + ("spec",), so that the fixes of several templates can be joined into one."""
-    def edit(step: Any) -> Any:
-        if isinstance(step, Pin):
-            return replace(step, edits=tuple(edit(e) for e in step.edits))
-        moved = {f.name: (*prefix, *getattr(step, f.name)) for f in fields(step) if f.name in _PATH_FIELDS}
-        return replace(step, **moved) if moved else step
-    return replace(fix, steps=tuple(edit(s) for s in fix.steps), root=(),
-                   patch=tuple({**op, "path": (*prefix, *op["path"])} for op in fix.patch),
-                   alternatives=tuple(rooted(a, prefix) for a in fix.alternatives))
+    def again(self, obj: Mapping[str, Any], value: Mapping[str, Any]) -> Template | None:
+        """This template as an edited copy of its part of the object (``value``, at ``base``) has it."""
+        at = value_at(value, self.path[len(self.base):]) if self.path[len(self.base):] else value
+        if self.steps is None or not is_mapping(at):
+            return None
+        metadata = obj.get("metadata")
+        return _template(obj, at, self.path, self.steps, metadata if is_mapping(metadata) else {})
 
 
 def joined(found: Sequence[tuple[Template, tuple[Diagnostic, ...]]]) -> tuple[Diagnostic, ...]:
@@ -171,12 +234,8 @@ class KindTable:
 
     def kind_of(self, obj: Any) -> WorkloadKind | None:
         """The table's entry for the object's group and kind (by kind alone when it names no apiVersion)."""
-        if not is_mapping(obj) or not isinstance(obj.get("kind"), str):
-            return None
-        group = api_group(obj)
-        if group is None:
-            return self._by_kind.get(obj["kind"])
-        return self._by_key.get((group, obj["kind"]))
+        found: WorkloadKind | None = lookup(self._by_key, self._by_kind, obj)
+        return found
 
     def templates(self, obj: Any) -> tuple[Template, ...] | None:
         """Every pod template of a table kind's object, in table order; None for an object of no table kind."""
@@ -193,9 +252,6 @@ class KindTable:
                     found.append(_template(obj, value, path, steps, metadata))
         return tuple(found)
 
-    def subject(self, obj: Mapping[str, Any]) -> str:
-        return f"{obj.get('kind')} {object_name(obj.get('metadata'))}"
-
 
 @dataclass(frozen=True)
 class _RefSteps:
@@ -206,13 +262,16 @@ class _RefSteps:
     containers: tuple[tuple[tuple[Step, ...], str, str, bool], ...]
     patch: tuple[Step, ...] | None
     keys: tuple[tuple[tuple[Step, ...], str, str], ...]
+    own: frozenset[str]
+    """The pod spec fields written at the pod spec's place (PodTemplateRef.spec_fields)."""
 
     @classmethod
     def of(cls, ref: PodTemplateRef) -> _RefSteps:
+        own = POD_SPEC_FIELDS if ref.spec_fields is None else POD_SPEC_FIELDS.intersection(ref.spec_fields)
         return cls(parse(ref.path), parse(ref.pod_spec),
                    tuple((parse(c.path), c.name or c.path, c.resources, c.init) for c in ref.containers),
                    parse(ref.pod_spec_patch) if ref.pod_spec_patch else None,
-                   tuple((parse(k.path), k.field, k.resource) for k in ref.gpu_keys))
+                   tuple((parse(k.path), k.field, k.resource) for k in ref.gpu_keys), frozenset(own))
 
 
 def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, steps: _RefSteps,
@@ -220,14 +279,17 @@ def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, step
     # the spec and its path from one match, so a wildcard in the pod spec's place is filled in where it matched
     spec, spec_path = next(((v, where) for v, where in walk(value, steps.pod_spec, path) if is_mapping(v)),
                            ({}, (*path, *(s for s in steps.pod_spec if isinstance(s, str)))))
-    lists = {section: list(items) if isinstance(items := spec.get(section), list) else []
+    lists = {section: list(items) if section in steps.own and isinstance(items := spec.get(section), list) else []
              for section in ("containers", "initContainers")}
     moved: dict[tuple[str, int], Path] = {}
+    renamed: dict[tuple[str, int], str] = {}
     for ref_steps, name, resources, init in steps.containers:
         section = "initContainers" if init else "containers"
         for item, where in walk(value, ref_steps, path):
             if is_mapping(item):
                 moved[(section, len(lists[section]))] = where
+                if resources != "resources":
+                    renamed[(section, len(lists[section]))] = resources
                 lists[section].append(_container(item, name, resources))
     extra: dict[str, Any] = {}
     before = set(moved.items())
@@ -246,16 +308,27 @@ def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, step
         keyed = len(lists["containers"])
         lists["containers"].append({"name": format_path(path), "resources": tables})
     changed = bool(moved or keys or extra)
-    pod_spec = {**spec, **extra, **{s: items for s, items in lists.items() if items}} if changed else spec
-    # A PodTemplateSpec's labels and annotations are beside its spec (template.metadata for template.spec).
-    metadata_path = (*path[:-1], "metadata") if path[-1:] == ("spec",) and not steps.pod_spec else None
-    template_metadata = descend(obj, metadata_path) if metadata_path is not None else None
+    # Only pod spec fields: the template's own fields (an Argo template's name, inputs, outputs) are no part of the
+    # Pod, and would make identical templates different Pods to the engine's memo.
+    own = spec if all(k in steps.own for k in spec) else {k: v for k, v in spec.items() if k in steps.own}
+    pod_spec = {**own, **extra, **{s: items for s, items in lists.items() if items}} if changed else own
+    # A PodTemplateSpec's labels and annotations are beside its spec (template.metadata for template.spec); an Argo
+    # template, whose pod spec fields are the template's own, writes them in its own metadata.
+    home = (*path[:-1], "metadata") if path[-1:] == ("spec",) and not steps.pod_spec else None
+    if home is not None:
+        metadata_path: Path | None = home
+    elif not steps.pod_spec and is_mapping(value.get("metadata")):
+        metadata_path = (*path, "metadata")
+    else:
+        metadata_path = None
+    template_metadata = value_at(obj, metadata_path) if metadata_path is not None else None
     template_metadata = template_metadata if is_mapping(template_metadata) else None
     pod_metadata: dict[str, Any] = {k: metadata[k] for k in ("name", "generateName", "namespace") if k in metadata}
     if template_metadata is not None:
         pod_metadata.update({k: template_metadata[k] for k in ("labels", "annotations") if k in template_metadata})
     return Template(path, {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": pod_spec}, spec_path,
-                    moved, keys, keyed, metadata_path if template_metadata is not None else None, changed, opaque)
+                    moved, keys, keyed, metadata_path if template_metadata is not None else None, home, changed,
+                    opaque, renamed, steps.own, steps)
 
 
 def _container(item: Mapping[str, Any], name: str, resources: str) -> dict[str, Any]:

@@ -36,6 +36,8 @@ POD_SPEC_PATHS: Mapping[tuple[str, str], Path] = {
     ("batch", "CronJob"): ("spec", "jobTemplate", "spec", "template", "spec"),
 }
 _KINDS = frozenset(kind for _, kind in POD_SPEC_PATHS)
+_BY_KIND: Mapping[str, Path] = {kind: path for (_, kind), path in reversed(POD_SPEC_PATHS.items())}
+"""The first entry of each kind, for an object that names no apiVersion."""
 
 @dataclass(frozen=True)
 class Workload:
@@ -75,19 +77,37 @@ def api_group(obj: Mapping[str, Any]) -> str | None:
     return version.rpartition("/")[0]
 
 
+def kind_key(obj: Any) -> tuple[str | None, str] | None:
+    """(API group, kind) of an object, the group None where it names no apiVersion; None for no kind at all."""
+    if not is_mapping(obj) or not isinstance(kind := obj.get("kind"), str):
+        return None
+    return api_group(obj), kind
+
+
+def lookup(table: Mapping[tuple[str, str], Any], by_kind: Mapping[str, Any], obj: Any) -> Any:
+    """The entry of a (group, kind) table for the object: by group and kind, or by kind alone for an object that
+    names no apiVersion. With one, a CRD that reuses a kind name (Knative's Service, Volcano's Job) is not mistaken
+    for the built-in (nor for another group's kind of that name)."""
+    key = kind_key(obj)
+    if key is None:
+        return None
+    group, kind = key
+    return by_kind.get(kind) if group is None else table.get((group, kind))
+
+
+def subject_of(obj: Mapping[str, Any]) -> str:
+    """How messages name an object: ``Deployment nlp-inference``, ``RayCluster raycluster-*``."""
+    return f"{obj.get('kind')} {object_name(obj.get('metadata'))}"
+
+
 def find_workload(obj: Any) -> Workload | None:
     """The pod spec of a Pod or pod controller; None for every other object, however malformed."""
-    if not is_mapping(obj):
+    if not is_mapping(obj) or obj.get("kind") not in _KINDS:
         return None
-    kind = obj.get("kind")
-    if not isinstance(kind, str) or kind not in _KINDS:
-        return None
-    group = api_group(obj)
-    # Without an apiVersion the kind alone decides; with one, a CRD that reuses a kind name (Knative's
-    # Service, Volcano's Job) is not mistaken for the built-in.
-    path = POD_SPEC_PATHS.get((group, kind)) if group is not None else _path_by_kind(kind)
+    path = lookup(POD_SPEC_PATHS, _BY_KIND, obj)
     if path is None:
         return None
+    kind = obj["kind"]
     spec = descend(obj, path)
     if not is_mapping(spec):
         return None
@@ -114,10 +134,6 @@ def _collect(value: Any, depth: int, found: set[str]) -> None:
     elif isinstance(value, list):
         for item in value:
             _collect(item, depth + 1, found)
-
-
-def _path_by_kind(kind: str) -> Path | None:
-    return next((path for (_, k), path in POD_SPEC_PATHS.items() if k == kind), None)
 
 
 def object_name(metadata: Any) -> str:

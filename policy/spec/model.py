@@ -665,6 +665,7 @@ RuleId = Literal[
     "hami-resource-out-of-range",
     "hami-privileged-container",
     "hami-annotation-invalid",
+    "kai-annotation-invalid",
 ]
 
 
@@ -810,6 +811,10 @@ class PodTemplateRef(Model):
     containers by name, its nodeSelector by key, its tolerations appended."""
     gpu_keys: tuple[GpuKey, ...] = ()
     """Custom fields that ask for GPUs."""
+    spec_fields: tuple[Annotated[str, StringConstraints(pattern=r"^[a-z][A-Za-z]*$")], ...] | None = None
+    """The pod spec fields written at podSpec itself (Argo's template: nodeSelector, affinity, tolerations,
+    ...), where it is not a whole pod spec; omit for a whole PodSpec. The Pod judged is built from these alone, and
+    a fix is given as a JSON Patch only where the fields it edits are among them."""
 
 
 class WorkloadKind(Model):

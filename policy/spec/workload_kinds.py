@@ -33,11 +33,15 @@ _KSERVE_PREDICTOR = PodTemplateRef(
 
 # Argo's Template: nodeSelector, affinity and tolerations at the template, the main container under container or
 # script (named main), containerSet.containers, sidecars beside it, initContainers before it, and podSpecPatch.
+# The pod spec fields a Template writes itself (the rest of its fields are Argo's: inputs, outputs, steps, ...).
+_ARGO_SPEC_FIELDS = ("nodeSelector", "affinity", "tolerations", "schedulerName", "priorityClassName",
+                     "securityContext", "serviceAccountName", "automountServiceAccountToken", "hostAliases",
+                     "initContainers", "activeDeadlineSeconds", "volumes")
 _ARGO_TEMPLATE = PodTemplateRef(
     path="spec.templates[*]",
     containers=(ContainerRef(path="container", name="main"), ContainerRef(path="script", name="main"),
                 ContainerRef(path="containerSet.containers[*]"), ContainerRef(path="sidecars[*]")),
-    pod_spec_patch="podSpecPatch")
+    pod_spec_patch="podSpecPatch", spec_fields=_ARGO_SPEC_FIELDS)
 
 _ARGO = "argoproj/argo-workflows pkg/apis/workflow/v1alpha1/workflow_types.go (Template, UserContainer) @v3.6.2"
 _KUBEFLOW = "kubeflow/training-operator pkg/apis/kubeflow.org/v1/{}_types.go (ReplicaSpec.template) @v1.9.0"
@@ -54,10 +58,11 @@ DEFAULT_WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
           "kserve/kserve pkg/apis/serving/v1alpha1/llm_inference_service_types.go (WorkloadSpec: template, worker; "
           "prefill) @v0.16.0"),
     _kind("apps.nvidia.com", "NIMService", "nimservices", ("v1alpha1",),
-          (PodTemplateRef(path="spec", containers=(ContainerRef(path=".", name="nim"),)),),
+          (PodTemplateRef(path="spec", containers=(ContainerRef(path=".", name="nim"),),
+                          spec_fields=("nodeSelector", "tolerations", "affinity")),),
           "NVIDIA/k8s-nim-operator api/apps/v1alpha1/nimservice_types.go (NIMServiceSpec: resources, nodeSelector, "
           "tolerations, affinity) @v2.0.0"),
-    _kind("nvidia.com", "DynamoGraphDeployment", "dynamographdeployments", ("v1alpha1",),
+    _kind("nvidia.com", "DynamoGraphDeployment", "dynamographdeployments", ("v1alpha1", "v1beta1"),
           (PodTemplateRef(
               path="spec.services.*", pod_spec="extraPodSpec",
               containers=(ContainerRef(path="extraPodSpec.mainContainer", name="main"),),
@@ -66,9 +71,13 @@ DEFAULT_WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
                                        "nvidia.com/gpu limit"),
                         GpuKey(path="resources.requests.gpu", field="requests",
                                meaning="whole GPUs per pod of the component, set as the main container's "
-                                       "nvidia.com/gpu request"))),),
+                                       "nvidia.com/gpu request"))),
+           # nvidia.com/v1beta1 writes each component's pod template as a core PodTemplateSpec
+           "spec.components[*].podTemplate.spec"),
           "ai-dynamo/dynamo deploy/cloud/operator/api/v1alpha1/dynamocomponentdeployment_types.go "
-          "(DynamoComponentDeploymentSharedSpec: resources, extraPodSpec.mainContainer) @v0.5.0"),
+          "(DynamoComponentDeploymentSharedSpec: resources, extraPodSpec.mainContainer) @v0.5.0; v1beta1 "
+          "spec.components[].podTemplate as examples/backends/vllm/deploy/v1beta1/agg_snapshot_tp8.yaml @42cdd28f "
+          "writes it"),
     _kind("kubeflow.org", "PyTorchJob", "pytorchjobs", ("v1",), ("spec.pytorchReplicaSpecs.*.template.spec",),
           _KUBEFLOW.format("pytorch")),
     _kind("kubeflow.org", "TFJob", "tfjobs", ("v1",), ("spec.tfReplicaSpecs.*.template.spec",),
@@ -76,7 +85,8 @@ DEFAULT_WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
     _kind("kubeflow.org", "MPIJob", "mpijobs", ("v1", "v2beta1"), ("spec.mpiReplicaSpecs.*.template.spec",),
           _KUBEFLOW.format("mpi") + "; kubeflow/mpi-operator pkg/apis/kubeflow/v2beta1/types.go @v0.6.0"),
     _kind("trainer.kubeflow.org", "TrainJob", "trainjobs", ("v1alpha1",),
-          (PodTemplateRef(path="spec", pod_spec="trainer", containers=(
+          # Trainer has no placement fields of its own (those are the runtime's, or podTemplateOverrides')
+          (PodTemplateRef(path="spec", pod_spec="trainer", spec_fields=(), containers=(
               ContainerRef(path="trainer", name="node", resources="resourcesPerNode"),)),),
           _TRAINER.format("trainjob_types.go (Trainer.resourcesPerNode)")),
     _kind("trainer.kubeflow.org", "TrainingRuntime", "trainingruntimes", ("v1alpha1",),

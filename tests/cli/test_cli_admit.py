@@ -176,6 +176,37 @@ def test_the_json_summary_counts_workloads_checked_and_not_checked(
     assert summary["workloads"] == {"checked": 2, "notChecked": 1, "denied": 2, "warned": 0}
 
 
+# A ResourceClaim as the resource-claim controller makes it from gpu-test1.yaml's template (its spec is the
+# template's spec.spec): claims count as workloads checked too.
+CLAIM = """\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata: {name: pod1-gpu, namespace: gpu-test1}
+spec:
+  devices:
+    requests:
+      - name: gpu
+        exactly: {deviceClassName: gpu.nvidia.com}
+"""
+# A claim for another vendor's device is not this policy's business: not counted.
+OTHER_CLAIM = CLAIM.replace("pod1-gpu", "nic").replace("gpu.nvidia.com", "rdma.example.com")
+
+
+def test_claims_and_claim_templates_count_as_workloads_checked(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    dra = str(ROOT / "examples" / "clusters" / "dra-mixed" / "cluster.yaml")
+    # NVIDIA's kubernetes-sigs/dra-driver-nvidia-gpu demo (tests/fixtures/dra/README.md): a ResourceClaimTemplate
+    # and two pods naming it
+    manifests = [str(ROOT / "tests" / "fixtures" / "dra" / "gpu-test1.yaml"), write(tmp_path, "claim.yaml", CLAIM),
+                 write(tmp_path, "other.yaml", OTHER_CLAIM)]
+    assert main(["admit", "-p", dra, "--output", "json", *manifests]) == 1
+    out = capsys.readouterr()
+    summary = json.loads(out.out)["summary"]
+    # the template, its two pods and the claim; each NVIDIA class the policy does not compile is denied
+    assert summary["workloads"] == {"checked": 4, "notChecked": 0, "denied": 2, "warned": 0}
+    assert "4 workload(s) checked: 2 denied" in out.err
+
+
 @pytest.mark.parametrize(("limits", "product"), [
     ("{tke.cloud.tencent.com/qgpu-core: 50, tke.cloud.tencent.com/qgpu-memory: 8}", "Tencent TKE qGPU"),
     ("{aliyun.com/gpu-mem: 8}", "Alibaba ACK cGPU"),

@@ -315,6 +315,33 @@ def test_a_kai_fractional_gpu_annotation_is_sent_from_a_pod_or_a_template(kind: 
     assert sent(obj)
 
 
+@pytest.mark.parametrize(("obj", "metadata"), [
+    ({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r"},
+      "spec": {"workerGroupSpecs": [{"template": {"spec": {"containers": [{"name": "w"}]}}}]}},
+     ("spec", "workerGroupSpecs", 0, "template")),
+    ({"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "w"},
+      "spec": {"templates": [{"name": "t", "container": {"image": "x"}}]}}, ("spec", "templates", 0)),
+])
+def test_a_kai_annotation_on_a_custom_resources_template_is_sent_where_the_engine_reads_it(
+        obj: Obj, metadata: tuple[Any, ...]) -> None:
+    assert not sent(obj)
+    target: Any = obj
+    for part in metadata:
+        target = target[part]
+    target["metadata"] = {"annotations": {"gpu-fraction": "0.5"}}
+    assert sent(obj)
+    from pathlib import Path
+
+    from policy.admission.engine import Engine
+    from policy.load import load_policy_or_raise
+    from policy.resolved.offers import build_admission_policy
+
+    spec = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "mixed-fleet" / "cluster.yaml"
+    engine = Engine(build_admission_policy(load_policy_or_raise(spec.read_text(encoding="utf-8"),
+                                                                filename="cluster.yaml")))
+    assert not engine.evaluate(obj, tenants=("prod",)).allowed  # the engine judges it there: prod may not share
+
+
 @pytest.mark.parametrize("key", ["worker_groups", "worker-groups", "namespace"])
 def test_a_spec_added_kind_is_sent_whatever_its_field_names_are_made_of(key: str) -> None:
     # A custom resource reaches admission CEL as an unstructured map: a key with '_' is a plain identifier, one with

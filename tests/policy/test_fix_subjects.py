@@ -27,7 +27,9 @@ MIXED = CLUSTERS / "mixed-fleet" / "cluster.yaml"
 #: What a hint without a fix may say, per rule: what the platform team would have to allow for a tenant's rule,
 #: else that no change within the policy admits the object (or, for a pod of more GPU containers than any node
 #: holds, how to split it).
-NO_FIX = {"tenant-sharing-mode-denied": re.compile(r"ask the platform team to allow |^compile the policy")}
+NO_FIX = {"tenant-sharing-mode-denied": re.compile(r"ask the platform team to allow |^compile the policy"),
+          # the value a refused KAI annotation meant is the user's to say: the hint says how KAI reads each
+          "kai-annotation-invalid": re.compile(r"^write gpu-fraction as a portion of one GPU")}
 NO_FIX_DEFAULT = re.compile(r"^no change to this object within the policy admits it|^split the work|^compile the")
 PLACEMENT_PATHS = ("tolerations", "nodeSelector", "affinity")
 
@@ -70,6 +72,11 @@ ISSUE_CASES: list[tuple[str, Any, dict[str, Any], dict[str, str]]] = [
     ("a sandbox notebook on whole GPUs", lambda: engine_for("mixed-fleet"),
      deployment(limits(gpu=1), nodeSelector={"node-pool": "h100-train"},
                 tolerations=[{"key": "dedicated", "operator": "Exists"}]), {"gpu-tier": "sandbox"}),
+    # NVIDIA/KAI-Scheduler @72de64fc pkg/binder/plugins/gpusharing/gpu-request/gpu_request_validator_test.go, case
+    # "forbid fraction limit (1500 milli)", as a Pod of the tenant
+    ("a KAI gpu-fraction KAI refuses", lambda: engine_for("mixed-fleet"),
+     {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kai", "annotations": {"gpu-fraction": "1.5"}},
+      "spec": {"containers": [{"name": "c", "resources": {}}]}}, RESEARCH),
 ]
 
 

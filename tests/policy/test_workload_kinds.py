@@ -10,6 +10,7 @@ from typing import Any
 import example_admission
 import pytest
 import workload_fixtures
+from json_patch import apply_patch
 
 from policy.admission.engine import Engine
 from policy.admission.templates import KindTable, parse, walk
@@ -68,20 +69,62 @@ def test_a_leaderworkerset_in_a_tenant_that_may_not_share_is_denied_for_both_tem
                       for t in ("leaderTemplate", "workerTemplate")}
 
 
-def test_a_gpu_limit_inside_an_argo_pod_spec_patch_is_read_and_located_at_the_patch() -> None:
-    decision = judge(fixture("argo-pod-spec-patch-gpu-dev-on-mixed-fleet.yaml"))
-    assert not decision.allowed
-    found = next(d for d in decision.diagnostics if d.code == "shared-gpu-request-above-one")
-    assert found.path == ("spec", "templates", 0, "podSpecPatch")
-    assert found.message.startswith('pod template spec.templates[0]: container "main" requests 2 nvidia.com/gpu')
+def test_a_gpu_limit_inside_a_real_workflow_templates_yaml_pod_spec_patch_is_read_and_located_at_the_patch() -> None:
+    # ai2cm/fv3net's training WorkflowTemplate: the GPU is asked for only in podSpecPatch, as YAML with Argo
+    # parameters in the other amounts, and its templates share their container through YAML anchors
+    decision = judge(fixture("argo-workflowtemplate-fv3net-training-gpu-podspecpatch-dev-on-mixed-fleet.yaml"))
+    assert not decision.allowed and decision.subject == "WorkflowTemplate training"
+    assert [(d.code, d.path) for d in decision.diagnostics] == [
+        ("tenant-sharing-mode-denied", ("spec", "templates", 1, "podSpecPatch")),
+        ("tenant-sharing-mode-denied", ("spec", "templates", 2, "podSpecPatch"))]
+    assert [d.message.split(":")[0] for d in decision.diagnostics] == [
+        "pod template spec.templates[1]", "pod template spec.templates[2]"]
+    assert judge(fixture("argo-workflowtemplate-fv3net-training-gpu-podspecpatch-dev-on-mixed-fleet.yaml"),
+                 {"gpu-tier": "research"}).allowed
 
 
-def test_a_dynamo_graph_asking_more_gpus_than_any_class_holds_is_denied_at_its_own_gpu_key() -> None:
-    decision = judge(fixture("dynamo-vllm-agg-32-gpus-on-mixed-fleet.yaml"), {"gpu-tier": "research"})
+@pytest.mark.parametrize(("name", "template", "where"), [
+    ("volcano-job-mindspore-gpu-dev-on-mixed-fleet.yaml", "spec.tasks[1].template.spec",
+     'spec.tasks[1].template.spec.containers[0].resources.limits["nvidia.com/gpu"]'),
+    # the trainer's resources are written under resourcesPerNode, and the finding points there
+    ("kubeflow-trainer-trainjob-lammps-gpus-dev-on-mixed-fleet.yaml", "spec",
+     'spec.trainer.resourcesPerNode.limits["nvidia.com/gpu"]'),
+])
+def test_a_real_volcano_job_and_trainjob_are_denied_in_dev_naming_the_template_and_admitted_in_research(
+        name: str, template: str, where: str) -> None:
+    obj = fixture(name)
+    decision = judge(obj)
     assert not decision.allowed
-    found = next(d for d in decision.diagnostics if d.code == "gpu-request-unsatisfiable")
+    assert {d.message.split(": ")[0] for d in decision.diagnostics} == {f"pod template {template}"}
+    assert {format_path(d.path) for d in decision.diagnostics} == {where}
+    assert judge(obj, {"gpu-tier": "research"}).allowed
+
+
+def test_a_dynamo_v1beta1_graph_asking_more_gpus_than_any_class_holds_is_denied_at_its_pod_template() -> None:
+    # the v1beta1 API writes each component's pod template as a PodTemplateSpec (spec.components[].podTemplate)
+    obj = next(o for o in workload_fixtures.documents(DENY / "dynamo-v1beta1-vllm-agg-snapshot-tp8-on-tke-l20-t4.yaml"))
+    tke = Engine(example_admission.admission_policy("tke-l20-t4"))
+    decision = tke.evaluate(obj)
+    assert not decision.allowed and decision.checked
+    (found,) = decision.diagnostics
+    assert found.path == ("spec", "components", 1, "podTemplate", "spec", "containers", 0, "resources", "limits",
+                          "nvidia.com/gpu")
+    assert found.message.startswith('pod template spec.components[1].podTemplate.spec: container "main" requests 8 '
+                                    "nvidia.com/gpu")
+
+
+def test_a_dynamo_graph_asking_through_its_own_gpu_key_is_denied_at_the_key() -> None:
+    decision = judge(fixture("dynamo-vllm-agg-dev-on-mixed-fleet.yaml"))
+    assert not decision.allowed
+    found = next(d for d in decision.diagnostics if d.code == "tenant-sharing-mode-denied")
     assert found.path == ("spec", "services", "worker", "resources", "limits", "gpu")
-    assert "pod template spec.services.worker: the pod requests 32 nvidia.com/gpu" in found.message
+    assert found.message.startswith("pod template spec.services.worker: ")
+    # the key is Dynamo's own, but the pin that admits edits extraPodSpec, a PodSpec of the object: a JSON Patch
+    assert found.fix is not None
+    patch = found.fix.to_dict()["jsonPatch"]
+    assert patch == [{"op": "add", "path": "/spec/services/worker/extraPodSpec/nodeSelector",
+                      "value": {"node-pool": "t4-dev"}}]
+    assert judge(apply_patch(fixture("dynamo-vllm-agg-dev-on-mixed-fleet.yaml"), patch)).diagnostics == ()
 
 
 def test_a_dynamo_graph_with_one_gpu_in_a_tenant_allowed_exclusive_gpus_and_pinned_there_is_admitted() -> None:
@@ -222,3 +265,14 @@ def test_a_container_written_outside_the_lists_keeps_the_fields_the_rules_read()
     [container] = template.pod["spec"]["containers"]
     assert container == {"name": "m", "securityContext": {"privileged": True},
                          "resources": {"limits": {"nvidia.com/gpu": 1}}}
+
+
+def test_kai_annotations_on_a_list_indexed_template_are_read_from_that_templates_metadata() -> None:
+    # a RayCluster worker group's template.metadata (behind a list index) carries the pod's annotations
+    obj = {"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": "r"},
+           "spec": {"workerGroupSpecs": [{"template": {"metadata": {"annotations": {"gpu-fraction": "0.5"}},
+                                                       "spec": {"containers": [{"name": "w"}]}}}]}}
+    decision = judge(obj, {"gpu-tier": "prod"})  # prod may not share GPUs
+    assert not decision.allowed
+    (found,) = decision.diagnostics
+    assert found.path == ("spec", "workerGroupSpecs", 0, "template", "metadata", "annotations", "gpu-fraction")
