@@ -71,6 +71,11 @@ def published(snapshot: Snapshot, node: Node) -> tuple[tuple[Published, ...], tu
     return ours, tuple(sorted({s.driver for s in slices if s.driver != dra.DRIVER}))
 
 
+def device_class_of(resolved: ResolvedClass, offer: Offer) -> str:
+    """The DeviceClass the tree compiles for one of a DRA class's offers."""
+    return dra.device_class_name(resolved.name, offer.mode_name, offer.mig_profile)
+
+
 def published_slots(snapshot: Snapshot, nodes: Sequence[Node], offer: Offer) -> int:
     """The slots an offer's devices give on the nodes, as published: its kind's devices times pods per device."""
     kind = f"mig {offer.mig_profile}" if offer.mig_profile else "gpu"
@@ -249,8 +254,8 @@ def _class_kinds(resolved: ResolvedClass, own: Sequence[ExpectedDeviceClass]
                  ) -> Iterator[tuple[ExpectedDeviceClass, str]]:
     """The kind of device each DeviceClass of the class is for (its offer: a MIG profile, else whole GPUs)."""
     for dc in own:
-        profile = next((o.mig_profile for o in resolved.offers if o.mig_profile
-                        and dra.device_class_name(resolved.name, "mig", o.mig_profile) == dc.name), None)
+        profile = next((o.mig_profile for o in resolved.offers
+                        if o.mig_profile and device_class_of(resolved, o) == dc.name), None)
         yield dc, f"mig {profile}" if profile else "gpu"
 
 

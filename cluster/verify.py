@@ -180,14 +180,18 @@ def verify(snapshot: Snapshot, policy: ClusterGPUPolicy, expected: Expected) -> 
 def _status(view: _View, resolved: ResolvedClass) -> ClassStatus:
     nodes = view.members(resolved.name)
     if resolved.dra:
-        # A DRA class's devices are in ResourceSlices, not in allocatable: its slots are the devices published.
-        advertised = tuple((o.resource, dra_devices.published_slots(view.snapshot, nodes, o)) for o in resolved.offers)
+        # A DRA class's devices are in ResourceSlices, not in allocatable: its slots are the devices published,
+        # per DeviceClass (what claims name; pods ask for an extended resource only where the bridge is on).
+        keys = [dra_devices.device_class_of(resolved, o) for o in resolved.offers]
+        advertised = tuple((k, dra_devices.published_slots(view.snapshot, nodes, o))
+                           for k, o in zip(keys, resolved.offers, strict=True))
     else:
+        keys = [o.resource for o in resolved.offers]
         advertised = tuple((o.resource, sum(n.allocatable.get(o.resource, 0) for n in nodes))
                            for o in resolved.offers)
     mig = tuple(_mig_state_of(view, n) for n in nodes) if resolved.mig_config is not None else ()
     return ClassStatus(resolved.name, tuple(n.name for n in nodes), resolved.nodes,
-                       tuple((o.resource, o.per_node) for o in resolved.offers), advertised, mig)
+                       tuple((k, o.per_node) for k, o in zip(keys, resolved.offers, strict=True)), advertised, mig)
 
 
 def _no_gfd() -> Finding:

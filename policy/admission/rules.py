@@ -544,6 +544,9 @@ def _class_reason(facts: Facts, view: ClassView, resource: str | None, count: in
     resources = [resource] if resource else list(facts.request.resources)
     for r in resources:
         offer = view.offers.get(r)
+        if offer is None and not view.offers:
+            # A DRA class without the extended-resource bridge: only ResourceClaims reach its devices.
+            return f"offers no resource a pod can ask for (its GPUs are claimed through DRA), not {r}"
         if offer is None:
             return f"offers {join(sorted(view.offers)[:3], 'and')}, not {r}"
         need = count if resource else dict(facts.request.totals)[r]

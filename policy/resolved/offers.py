@@ -231,7 +231,9 @@ def _hami_doc(resolved: ResolvedPolicy) -> HamiDoc | None:
 
 def _class_doc(resolved: ResolvedClass) -> ClassDoc:
     # The documents carry the resolved values field for field (properties such as per_node included).
-    offer_docs = tuple(OfferDoc(**{name: getattr(o, name) for name in OfferDoc.model_fields}) for o in resolved.offers)
+    # A claim-only offer (a DRA class without the extended-resource bridge) is no resource any pod can ask for.
+    offer_docs = tuple(OfferDoc(**{name: getattr(o, name) for name in OfferDoc.model_fields})
+                       for o in resolved.offers if not o.claim_only)
     fields = {name: getattr(resolved, name) for name in ClassDoc.model_fields if name not in ("offers", "taints")}
     taints = tuple(TaintDoc(**t.model_dump()) for t in resolved.taints)
     return ClassDoc(**fields, offers=offer_docs, taints=taints)

@@ -76,10 +76,11 @@ def test_the_class_status_counts_the_published_devices_as_slots():
     snapshot, _ = records.snapshot_from(recorded(), source="fixtures")
     result = verify.verify(snapshot, chosen, expected.from_tree(compile_policy(chosen)))
     advertised = {s.name: dict(s.advertised) for s in result.classes}
-    assert advertised["h100-train"] == {"deviceclass.resource.kubernetes.io/h100-train.exclusive.gpupolicy.dev": 16}
-    assert advertised["a100-mig"] == {"deviceclass.resource.kubernetes.io/a100-mig.1g.10gb.gpupolicy.dev": 56}
+    # per DeviceClass: what claims name (no pod can ask for an extended resource on Kubernetes 1.34 without the gate)
+    assert advertised["h100-train"] == {"h100-train.exclusive.gpupolicy.dev": 16}
+    assert advertised["a100-mig"] == {"a100-mig.1g.10gb.gpupolicy.dev": 56}
     # two L40S per node, four MPS clients each
-    assert advertised["l40s-mps"] == {"deviceclass.resource.kubernetes.io/l40s-mps.mps.gpupolicy.dev": 16}
+    assert advertised["l40s-mps"] == {"l40s-mps.mps.gpupolicy.dev": 16}
 
 
 def test_a_gpu_of_another_product_is_named_with_its_attribute_and_the_device_class_that_misses_it():
