@@ -173,3 +173,41 @@ def test_the_claim_entries_send_claims_and_pods_naming_claims_and_nothing_else(b
         assert admitted.status == 201, admitted.body
     finally:
         assert bare.request("DELETE", f"{path}/gpupolicy-claims-probe").status == 200
+
+
+# --- the recorded ResourceSlices stored by the API server, and verify reading them live ---------------------------
+
+SLICES = EXAMPLES.parent.parent / "tests" / "fixtures" / "dra-slices"
+
+
+def test_the_recorded_slices_are_stored_as_written_and_verify_reads_them_live(
+        bare: KubeAPI, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from cli.main import main
+    from policy.kube.lists import list_items
+
+    docs = [d for name in ("nodes.yaml", "whole-gpus.yaml", "mig-devices.yaml")
+            for d in yaml.safe_load_all((SLICES / name).read_text(encoding="utf-8"))]
+    objects = list(list_items(docs))
+    nodes = [o for o in objects if o["kind"] == "Node"]
+    slices = [o for o in objects if o["kind"] == "ResourceSlice"]
+    for node in nodes:
+        meta = {k: v for k, v in node["metadata"].items() if k != "creationTimestamp"}
+        answer = bare.request("POST", "/api/v1/nodes", {**node, "metadata": meta})
+        assert answer.status == 201, answer.body
+    for piece in slices:
+        # the server names and owns what it stores: the recorded uid and resourceVersion are the recording's
+        meta = {k: v for k, v in piece["metadata"].items()
+                if k not in ("uid", "resourceVersion", "creationTimestamp", "ownerReferences")}
+        answer = bare.request("POST", "/apis/resource.k8s.io/v1/resourceslices?fieldValidation=Strict",
+                              {**piece, "metadata": meta})
+        assert answer.status == 201, answer.body
+        assert answer.body["spec"] == piece["spec"], "the API server changed or dropped a field of the recording"
+    code = main(["cluster", "verify", "-p", str(EXAMPLES / "dra-mixed" / "cluster.yaml"), "--kubeconfig",
+                 str(bare.kubeconfig), "-O", "json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 1  # the device-plugin pool and the tree's DaemonSets are not there
+    assert [f for f in report["findings"] if f["code"].startswith("dra-")] == []
+    advertised = {c["name"]: c["advertised"] for c in report["classes"]}
+    assert advertised["a100-mig"] == {MIG: 56} and advertised["h100-train"] == {H100: 16}
