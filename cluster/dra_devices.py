@@ -175,7 +175,8 @@ def _kinds(resolved: ResolvedClass, node: Node, devices: Sequence[Published], at
             continue
         names = [d.device.name for d in devices if d.kind == kind]
         shown = f" ({_names(names)})" if names else ""
-        what = "whole GPUs" if kind == "gpu" else f"MIG {kind.removeprefix('mig ')} devices"
+        what = "whole GPUs" if kind == "gpu" else f"MIG {kind.removeprefix('mig ')} devices" \
+            if kind.startswith("mig ") else f"devices of type {kind}"  # vfio: PassthroughSupport
         if mig:
             per_gpu = Counter(d.gpu for d in devices if d.kind == kind)
             details = tuple(f"GPU {gpu}: {n} {what}" for gpu, n in sorted(per_gpu.items()))
