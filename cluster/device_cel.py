@@ -42,6 +42,9 @@ def _env() -> Any:
 def _compiled(expression: str) -> Any:
     try:
         return _env().compile(expression)
+    except ImportError:  # a dependency of the package: only a broken install lacks it
+        raise SelectorError("cannot be evaluated: cel-expr-python is not installed (pip install "
+                            "cel-expr-python)") from None
     except RuntimeError as err:
         raise SelectorError(f"does not compile: {err}") from None
 
@@ -62,12 +65,14 @@ def device_input(driver: str, device: SliceDevice) -> dict[str, Any]:
 def matches(expression: str, driver: str, device: SliceDevice) -> Match:
     """Whether the selector selects the device; an error is no match, with the error said (the scheduler aborts
     the allocation on it)."""
+    try:
+        compiled = _compiled(expression)
+    except SelectorError as err:
+        return Match(False, str(err))
     from cel_expr_python import cel
 
     try:
-        result = _compiled(expression).eval(data={"device": device_input(driver, device)})
-    except SelectorError as err:
-        return Match(False, str(err))
+        result = compiled.eval(data={"device": device_input(driver, device)})
     except RuntimeError as err:
         return Match(False, f"fails: {err}")
     if result.type() == cel.Type.ERROR:

@@ -71,6 +71,11 @@ def published(snapshot: Snapshot, node: Node) -> tuple[tuple[Published, ...], tu
     return ours, tuple(sorted({s.driver for s in slices if s.driver != dra.DRIVER}))
 
 
+def kind_of(offer: Offer) -> str:
+    """The kind of device an offer counts (Published.kind): one MIG profile's devices, else whole GPUs."""
+    return f"mig {offer.mig_profile}" if offer.mig_profile else "gpu"
+
+
 def device_class_of(resolved: ResolvedClass, offer: Offer) -> str:
     """The DeviceClass the tree compiles for one of a DRA class's offers."""
     return dra.device_class_name(resolved.name, offer.mode_name, offer.mig_profile)
@@ -78,8 +83,7 @@ def device_class_of(resolved: ResolvedClass, offer: Offer) -> str:
 
 def published_slots(snapshot: Snapshot, nodes: Sequence[Node], offer: Offer) -> int:
     """The slots an offer's devices give on the nodes, as published: its kind's devices times pods per device."""
-    kind = f"mig {offer.mig_profile}" if offer.mig_profile else "gpu"
-    devices = sum(1 for n in nodes for d in published(snapshot, n)[0] if d.kind == kind)
+    devices = sum(1 for n in nodes for d in published(snapshot, n)[0] if d.kind == kind_of(offer))
     return devices * (offer.per_node // offer.devices_per_node if offer.devices_per_node else 1)
 
 
@@ -122,7 +126,7 @@ def _expected_kinds(resolved: ResolvedClass) -> Counter[str]:
     """Devices of each kind one node of the class publishes: per offer, whole GPUs or one MIG profile's devices."""
     found: Counter[str] = Counter()
     for offer in resolved.offers:
-        found[f"mig {offer.mig_profile}" if offer.mig_profile else "gpu"] += offer.devices_per_node
+        found[kind_of(offer)] += offer.devices_per_node
     return found
 
 
@@ -254,10 +258,9 @@ def _selected(resolved: ResolvedClass, node: Node, devices: Sequence[Published],
 def _class_kinds(resolved: ResolvedClass, own: Sequence[ExpectedDeviceClass]
                  ) -> Iterator[tuple[ExpectedDeviceClass, str]]:
     """The kind of device each DeviceClass of the class is for (its offer: a MIG profile, else whole GPUs)."""
+    kinds = {device_class_of(resolved, o): kind_of(o) for o in resolved.offers}
     for dc in own:
-        profile = next((o.mig_profile for o in resolved.offers
-                        if o.mig_profile and device_class_of(resolved, o) == dc.name), None)
-        yield dc, f"mig {profile}" if profile else "gpu"
+        yield dc, kinds.get(dc.name, "gpu")
 
 
 def _select(dc: ExpectedDeviceClass, devices: Iterable[Published]) -> tuple[list[Published], list[str]]:

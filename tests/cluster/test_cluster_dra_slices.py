@@ -245,3 +245,24 @@ def test_live_discover_drafts_the_dra_classes_from_the_listed_slices(cluster, gp
     data = yaml.safe_load(result.out)
     assert [(c["name"], c["allocation"]) for c in data["spec"]["nodeClasses"]] == [
         ("a100-80gb", "dra"), ("h100", "dra"), ("l40s", "dra")]
+
+
+def test_selectors_see_the_device_as_the_scheduler_builds_it():
+    from cluster import device_cel
+    from cluster.resources import resource_slice_from
+
+    piece = resource_slice_from(next(o for o in recorded() if o["kind"] == "ResourceSlice"
+                                     and o["spec"]["nodeName"] == "a100-mig-1"))
+    mig = piece.devices[0]
+    attrs = "device.attributes['gpu.nvidia.com']"
+    # bare attribute names are the driver's domain; the standard ones keep theirs
+    assert device_cel.matches(f"{attrs}.profile == '1g.10gb'", piece.driver, mig).matches
+    assert device_cel.matches("device.attributes['resource.kubernetes.io'].pciBusID.startsWith('0000:')",
+                              piece.driver, mig).matches
+    assert device_cel.matches(f"cel.bind(a, {attrs}, a.type == 'mig' && a.productName.lowerAscii().contains('a100'))",
+                              piece.driver, mig).matches
+    # reading an attribute the device lacks is an error, which aborts the allocation: said, never a match
+    missing = device_cel.matches(f"{attrs}.index == 0", piece.driver, mig)
+    assert not missing.matches and missing.error is not None and "index" in missing.error
+    broken = device_cel.matches("device.driver ==", piece.driver, mig)
+    assert not broken.matches and broken.error is not None and broken.error.startswith("does not compile")
