@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from cluster import ClusterError, facts
+from cluster import ClusterError, dra_devices, facts
 from cluster.resources import DaemonSet, Node, NodeTaint, Snapshot
 from cluster.sharing import LiveSharing, read_sharing, settled
 from compiler import serialize
@@ -70,6 +70,9 @@ class GroupKey:
     mig_capable: bool
     instance_type: str
     vgpu: VgpuSeen | None = None
+    dra: tuple[tuple[str, int], ...] | None = None
+    """For nodes whose GPUs NVIDIA's DRA driver publishes: the MIG devices per GPU by profile (empty for whole
+    GPUs); None for device-plugin nodes."""
 
 
 @dataclass(frozen=True)
@@ -138,17 +141,22 @@ def discover(snapshot: Snapshot, *, name: str) -> Draft:
     """Group the GPU nodes and draft one class per group; raises DiscoverError when no node has GFD labels (or,
     on HAMi nodes, HAMi's registration, which names the GPUs as well)."""
     cloud = {n.name: p for n in snapshot.nodes if (p := cloud_vgpu.product_of_node(n.labels, n.capacity))}
-    gpu_nodes = [n for n in snapshot.nodes if facts.is_gpu_node(n) and n.name not in cloud]
-    labelled = [n for n in gpu_nodes if facts.PRODUCT in n.labels or hami.registered_on(n.annotations)]
+    # A node whose GPUs NVIDIA's DRA driver publishes is drafted from its ResourceSlices (no GFD runs there).
+    dra = {n.name: inv for n in snapshot.nodes if n.name not in cloud
+           and (inv := dra_devices.inventory(snapshot, n)) is not None}
+    gpu_nodes = [n for n in snapshot.nodes if (facts.is_gpu_node(n) or n.name in dra) and n.name not in cloud]
+    labelled = [n for n in gpu_nodes
+                if n.name in dra or facts.PRODUCT in n.labels or hami.registered_on(n.annotations)]
     if not labelled:
         raise DiscoverError(
             f"{'none of the ' + str(len(gpu_nodes)) if gpu_nodes else 'none of the'} GPU nodes carries GPU Feature "
             "Discovery labels (nvidia.com/gpu.product), so their GPU models are unknown",
             "deploy GPU Feature Discovery (device-plugin Helm chart: --set gfd.enabled=true) and run discover again")
-    groups = _groups(labelled)
+    groups = _groups(labelled, dra)
     others = [n for n in snapshot.nodes if n not in labelled]
     selected = _selectors(groups, others)
-    classes = tuple(DraftClass(name_, key, tuple(nodes), sel, notes, _lookup(key.model), *_live(nodes))
+    classes = tuple(DraftClass(name_, key, tuple(nodes), sel, notes, _lookup(key.model),
+                               *(_dra_live(nodes, dra) if key.dra is not None else _live(nodes)))
                     for (name_, key, nodes), (sel, notes) in zip(_named(groups), selected, strict=True))
     skipped = tuple(f"{n.name}: GPUs without GFD labels" for n in gpu_nodes if n not in labelled)
     skipped += tuple(f"{node}: a {p.name} node, configured by {p.managed_by}; gpupolicy does not configure it"
@@ -171,10 +179,30 @@ def _live(nodes: list[Node]) -> tuple[LiveSharing, tuple[tuple[str, str], ...], 
         if node is not chosen and (seen := read_sharing(node)).data != sharing.data:
             state = node.labels.get(facts.MIG_CONFIG_STATE)
             differing.append((node.name, seen.summary + (f" (mig.config.state {state})" if state else "")))
+    return sharing, tuple(differing), _common_taints(nodes)
+
+
+def _common_taints(nodes: list[Node]) -> tuple[NodeTaint, ...]:
     common = set(facts.lasting_taints(nodes[0]))
     for node in nodes[1:]:
         common &= set(facts.lasting_taints(node))
-    return sharing, tuple(differing), tuple(t for t in facts.lasting_taints(nodes[0]) if t in common)
+    return tuple(t for t in facts.lasting_taints(nodes[0]) if t in common)
+
+
+def _dra_live(nodes: list[Node], dra: Mapping[str, dra_devices.Inventory]
+              ) -> tuple[LiveSharing, tuple[tuple[str, str], ...], tuple[NodeTaint, ...]]:
+    """A DRA group's sharing: whole GPUs, or the MIG layout its devices show (the driver publishes pre-created MIG
+    devices only; how they were made is mig-parted's, which the tree drives)."""
+    seen = dra[nodes[0].name]
+    todo = ("the GPUs of " + nodes[0].name + " do not all hold the same MIG devices: the layout is the first "
+            "partitioned GPU's",) if seen.layouts_differ else ()
+    if seen.layout:
+        layout = dict(seen.layout)
+        summary = "MIG devices claimed through DRA, " + ", ".join(f"{n}x {p}" for p, n in seen.layout) + " per GPU"
+        sharing = LiveSharing({"mig": {"strategy": "mixed", "layout": layout}}, summary, seen.gpus, todo)
+    else:
+        sharing = LiveSharing("exclusive", "whole GPUs claimed through DRA", seen.gpus, todo)
+    return sharing, (), _common_taints(nodes)
 
 
 # --- grouping ---------------------------------------------------------------------------------------------------
@@ -219,10 +247,16 @@ def _vgpu_seen(registered: tuple[hami.RegisteredGpu, ...], physical: int | None)
     return VgpuSeen(first.count, scaling, round(first.devcore / 100, 2))
 
 
-def _groups(nodes: Iterable[Node]) -> dict[GroupKey, list[Node]]:
+def _dra_key(node: Node, seen: dra_devices.Inventory) -> GroupKey:
+    return GroupKey(model=seen.product, count=seen.gpus, memory_mib=seen.memory_mib, mig_capable=bool(seen.layout),
+                    instance_type=node.labels.get(facts.INSTANCE_TYPE, ""), dra=seen.layout)
+
+
+def _groups(nodes: Iterable[Node], dra: Mapping[str, dra_devices.Inventory]) -> dict[GroupKey, list[Node]]:
     groups: dict[GroupKey, list[Node]] = {}
     for node in sorted(nodes, key=lambda n: n.name):
-        groups.setdefault(group_key(node), []).append(node)
+        key = _dra_key(node, dra[node.name]) if node.name in dra else group_key(node)
+        groups.setdefault(key, []).append(node)
     return dict(sorted(groups.items(), key=lambda kv: (kv[0].model, kv[0].count, kv[0].instance_type)))
 
 
@@ -445,6 +479,7 @@ def _class_data(draft: DraftClass) -> dict[str, Any]:
     data = {
         "name": draft.name,
         "description": _description(draft),
+        **({"allocation": "dra"} if draft.key.dra is not None else {}),
         "nodeSelector": {k: v or draft.name for k, v in draft.node_selector.items()},
         "nodes": len(draft.nodes),
         "gpu": gpu,
@@ -503,6 +538,8 @@ def _header(draft: Draft) -> list[str]:
     if draft.hami is not None:
         source += " or HAMi's registration"
         grouping = "GPU model, count, memory, MIG capability, instance type and HAMi's split"
+    if any(c.key.dra is not None for c in draft.classes):
+        source += " or devices in NVIDIA's DRA driver's ResourceSlices"
     lines = [
         f"# Drafted by `gpupolicy cluster discover` from {_where(draft)}: {draft.nodes} "
         f"nodes, {gpu_nodes} with {source}, grouped by {grouping} into one class each.",
@@ -537,6 +574,8 @@ def _class_lines(draft: DraftClass, data: dict[str, Any]) -> list[str]:
     lines = _wrap([f"    # {c}" for c in _class_comments(draft)])
     lines.append(f"    - name: {_scalar(data['name'])}")
     lines.append(f"{pad}description: {_scalar(data['description'])}")
+    if "allocation" in data:
+        lines.append(f"{pad}allocation: {data['allocation']}  # NVIDIA's DRA driver publishes these GPUs")
     lines.append(f"{pad}nodeSelector:")
     for key, value in data["nodeSelector"].items():
         note = draft.selector_notes.get(key)
@@ -566,6 +605,10 @@ def _class_comments(draft: DraftClass) -> list[str]:
     # node without the label gets the fewest GPUs that hold its devices (cluster.sharing).
     gpus = draft.sharing.physical_gpus or draft.key.count
     out = [f"{len(draft.nodes)} node(s) with {gpus}x {draft.key.model}{memory}: {names}"]
+    if draft.key.dra is not None:
+        out.append("NVIDIA's DRA driver publishes them (ResourceSlices of gpu.nvidia.com): the class is drafted from "
+                   "those devices")
+        return out
     seen = [text for key, name in _SEEN_LABELS if (text := _seen(draft.nodes, key, name))]
     out.append("GFD today: " + ", ".join(seen) if seen else "no GFD labels: the GPUs are as HAMi registered them")
     if draft.gpu is None:
@@ -583,6 +626,10 @@ def _seen(nodes: Iterable[Node], key: str, name: str) -> str:
 
 
 def _sharing_comments(draft: DraftClass) -> list[str]:
+    if draft.key.dra is not None:
+        return [f"The driver publishes {draft.sharing.summary}: compiling keeps that. MPS (mps: {{replicas: N}}) "
+                "is a DeviceClass config the driver applies per claim; docs/dra.md says what DRA can share.",
+                *(f"TODO: {t}." for t in draft.sharing.todo)]
     seen = draft.key.vgpu
     if seen is not None:
         return [f"HAMi runs here: its device plugin registers each GPU as {seen.split_count} vGPUs (memory x "

@@ -33,6 +33,15 @@ class ExpectedDaemonSet:
 
 
 @dataclass(frozen=True)
+class ExpectedDeviceClass:
+    """A DeviceClass of the tree's dra/: the class it serves and the CEL selectors that pick its devices."""
+
+    name: str
+    node_class: str
+    selectors: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Expected:
     daemonsets: tuple[ExpectedDaemonSet, ...]
     configmaps: tuple[ConfigMap, ...]
@@ -40,6 +49,8 @@ class Expected:
     """The device-config.yaml HAMi's scheduler must run with (the tree's hami-values.yaml), if vgpu is used."""
     deployments: tuple[Deployment, ...] = ()
     """Cluster-wide controllers of the tree (the node-label reconciler)."""
+    device_classes: tuple[ExpectedDeviceClass, ...] = ()
+    """The DRA pool's DeviceClasses, as compiled."""
 
     @property
     def namespaces(self) -> tuple[str, ...]:
@@ -51,8 +62,11 @@ class Expected:
 def from_tree(tree: Mapping[str, bytes]) -> Expected:
     """The node-side objects of a compiled tree (``compile_policy``'s output): the single source of truth for
     names, content-hashed ConfigMap names, images and selectors."""
-    daemonsets, configmaps, deployments = [], [], []
+    daemonsets, configmaps, deployments, device_classes = [], [], [], []
     for path in sorted(tree):
+        if path.startswith("dra/deviceclass-") and path.endswith(".yaml"):
+            device_classes.append(_device_class(yaml.safe_load(tree[path])))
+            continue
         if not path.startswith(_NODE_COMPONENTS) or not path.endswith(".yaml"):
             continue
         obj = yaml.safe_load(tree[path])
@@ -66,7 +80,17 @@ def from_tree(tree: Mapping[str, bytes]) -> Expected:
             configmaps.append(configmap_from(obj))
         elif obj.get("kind") == "Deployment":
             deployments.append(deployment_from(obj))
-    return Expected(tuple(daemonsets), tuple(configmaps), _hami_device_config(tree), tuple(deployments))
+    return Expected(tuple(daemonsets), tuple(configmaps), _hami_device_config(tree), tuple(deployments),
+                    tuple(device_classes))
+
+
+def _device_class(obj: Mapping[str, object]) -> ExpectedDeviceClass:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    assert isinstance(meta, Mapping) and isinstance(spec, Mapping), "the compiler writes DeviceClasses whole"
+    expressions = tuple(str((s.get("cel") or {}).get("expression", "")) for s in spec.get("selectors") or ())
+    return ExpectedDeviceClass(str(meta.get("name", "")), str((meta.get("labels") or {}).get(NODE_CLASS_LABEL, "")),
+                               expressions)
 
 
 def _hami_device_config(tree: Mapping[str, bytes]) -> str | None:

@@ -19,15 +19,17 @@ from cluster.resources import (
     parse_time,
     pod_from,
     replicaset_from,
+    resource_slice_from,
 )
 from policy.kube.lists import list_items
 
 _PARSERS: Mapping[str, Callable[[Json], Any]] = {
     "Node": node_from, "DaemonSet": daemonset_from, "Pod": pod_from, "Event": event_from,
     "ReplicaSet": replicaset_from, "Deployment": deployment_from, "ConfigMap": configmap_from,
+    "ResourceSlice": resource_slice_from,
 }
 _FIELDS = {"Node": "nodes", "DaemonSet": "daemonsets", "Pod": "pods", "Event": "events", "ReplicaSet": "replicasets",
-           "Deployment": "deployments", "ConfigMap": "configmaps"}
+           "Deployment": "deployments", "ConfigMap": "configmaps", "ResourceSlice": "resource_slices"}
 #: The moment of a recording without timestamps: ages are then measured from the epoch, and say so by being huge.
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -54,13 +56,17 @@ def snapshot_from(documents: Iterable[Any], *, source: str) -> tuple[Snapshot, d
         found[_FIELDS[str(kind)]].append(parser(obj))
         latest = max([latest, *_times(obj)])
     if not any(found.values()):
-        raise RecordsError(f"{source} holds no Node, DaemonSet, Pod, Event, ReplicaSet, Deployment or ConfigMap",
+        raise RecordsError(f"{source} holds no Node, DaemonSet, Pod, Event, ReplicaSet, Deployment, ConfigMap or "
+                           "ResourceSlice",
                            "save what the cluster shows, e.g. kubectl get nodes,daemonsets -A -o yaml > nodes.yaml")
     # Pods are kept once, as a live read keeps them (a crash-looping plugin pod is Pending too).
     pods = tuple({p.uid or p.key: p for p in found["pods"]}.values())
     snapshot = Snapshot(f"recorded objects in {source}", "", latest, tuple(found["nodes"]), tuple(found["daemonsets"]),
                         pods, tuple(found["events"]), tuple(found["replicasets"]), tuple(found["deployments"]),
-                        tuple(found["configmaps"]))
+                        tuple(found["configmaps"]), tuple(found["resource_slices"]),
+                        # A recording without slices says nothing of them: they were not saved, or none exist.
+                        None if found["resource_slices"] else
+                        f"{source} holds no ResourceSlice (save them with kubectl get resourceslices -o yaml)")
     return snapshot, skipped
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from cluster.verify import ClassStatus, Finding, Verification
+from cluster.findings import Finding
+from cluster.verify import ClassStatus, Verification
 
 REPORT_VERSION = 1
 _KINDS = {"node": "node", "daemonset": "DaemonSet", "configmap": "ConfigMap", "pod": "Pod", "deployment": "Deployment"}

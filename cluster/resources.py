@@ -189,6 +189,38 @@ class ConfigMap:
     data: Mapping[str, str]
 
 
+AttributeValue = str | int | bool
+"""A device attribute's value: resource.k8s.io/v1 DeviceAttribute holds exactly one of string, int, bool or version
+(a semantic version, kept here as its string)."""
+
+
+@dataclass(frozen=True)
+class SliceDevice:
+    """One device a DRA driver publishes (resource.k8s.io/v1 Device): its attributes and capacities, each under its
+    fully qualified name (a bare name is the driver's: types.go QualifiedName, k8s.io/dynamic-resource-allocation
+    cel.parseQualifiedName)."""
+
+    name: str
+    attributes: Mapping[str, AttributeValue]
+    versions: frozenset[str]
+    """The qualified names of the attributes that are versions, not strings."""
+    capacity: Mapping[str, str]
+    """Qualified name -> quantity, as the API serialises it (``80Gi``, ``14``)."""
+
+
+@dataclass(frozen=True)
+class ResourceSlice:
+    """One resource.k8s.io/v1 ResourceSlice: the devices one driver publishes for a node (or a pool)."""
+
+    name: str
+    driver: str
+    """spec.driver: the attributes' default domain as well."""
+    node_name: str
+    """spec.nodeName; empty for slices of a pool that is not one node's."""
+    pool: str
+    devices: tuple[SliceDevice, ...]
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """What one read of the cluster saw; every list is complete for the scope that was read."""
@@ -206,6 +238,10 @@ class Snapshot:
     replicasets: tuple[ReplicaSet, ...] = ()
     deployments: tuple[Deployment, ...] = ()
     configmaps: tuple[ConfigMap, ...] = ()
+    resource_slices: tuple[ResourceSlice, ...] = ()
+    slices_unread: str | None = "the ResourceSlices were not read"
+    """Why the ResourceSlices are unknown (not served, refused, not recorded), or None when they were read: an
+    empty ``resource_slices`` then means no driver publishes anything."""
 
 
 # --- parsing API JSON ------------------------------------------------------------------------------------------------
@@ -428,6 +464,47 @@ def event_from(obj: Json) -> Event:
 def configmap_from(obj: Json) -> ConfigMap:
     meta = _meta(obj)
     return ConfigMap(str(meta.get("namespace", "")), str(meta.get("name", "")), _strings(obj.get("data")))
+
+
+def _attribute(raw: Any) -> tuple[AttributeValue, bool] | None:
+    """A DeviceAttribute's one value and whether it is a version; None for none (or a kind this release lacks)."""
+    if not isinstance(raw, Mapping):
+        return None
+    for key in ("string", "int", "bool", "version"):
+        value = raw.get(key)
+        if isinstance(value, str | int | bool):
+            return value, key == "version"
+    return None
+
+
+def _qualified(name: str, driver: str) -> str:
+    return name if "/" in name else f"{driver}/{name}"
+
+
+def slice_device_from(obj: Json, driver: str) -> SliceDevice:
+    attributes: dict[str, AttributeValue] = {}
+    versions = set()
+    for name, raw in (obj.get("attributes") or {}).items():
+        found = _attribute(raw)
+        if found is not None:
+            attributes[_qualified(str(name), driver)] = found[0]
+            if found[1]:
+                versions.add(_qualified(str(name), driver))
+    capacity = {_qualified(str(name), driver): str(raw.get("value")) for name, raw in
+                (obj.get("capacity") or {}).items() if isinstance(raw, Mapping) and raw.get("value") is not None}
+    return SliceDevice(str(obj.get("name", "")), attributes, frozenset(versions), capacity)
+
+
+def resource_slice_from(obj: Json) -> ResourceSlice:
+    meta, spec = _meta(obj), obj.get("spec") or {}
+    driver = str(spec.get("driver", ""))
+    return ResourceSlice(
+        name=str(meta.get("name", "")),
+        driver=driver,
+        node_name=str(spec.get("nodeName") or ""),
+        pool=str((spec.get("pool") or {}).get("name", "")),
+        devices=tuple(slice_device_from(d, driver) for d in spec.get("devices") or () if isinstance(d, Mapping)),
+    )
 
 
 def items(document: Json) -> Iterable[Json]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
@@ -17,6 +18,7 @@ from cluster.resources import (
     DaemonSet,
     Json,
     Pod,
+    ResourceSlice,
     Snapshot,
     configmap_from,
     daemonset_from,
@@ -26,6 +28,7 @@ from cluster.resources import (
     node_from,
     pod_from,
     replicaset_from,
+    resource_slice_from,
 )
 
 if TYPE_CHECKING:
@@ -64,17 +67,24 @@ class Access:
     """Per request; an API server slower than this is reported, not waited for."""
 
 
-def read_snapshot(access: Access, *, scope: Scope = "verify", configmap_namespaces: tuple[str, ...] = ()) -> Snapshot:
+def read_snapshot(access: Access, *, scope: Scope = "verify", configmap_namespaces: tuple[str, ...] = (),
+                  resource_slices: bool = False) -> Snapshot:
     """One read of the cluster.
 
-    discover reads nodes and DaemonSets; verify also reads Pending pods, the pods of device-plugin DaemonSets, the
+    discover reads nodes and DaemonSets; with ``resource_slices``, the ResourceSlices too (resource.k8s.io/v1), whose
+    failure (not served before Kubernetes 1.34, or refused) is kept as the reason they are unknown instead of
+    failing the read; verify also reads Pending pods, the pods of device-plugin DaemonSets, the
     FailedScheduling events, ReplicaSets and Deployments of the namespaces with Pending GPU pods, and the ConfigMaps
     and Deployments of ``configmap_namespaces`` (the tree's). Raises ClusterAccessError for every failure to reach
     or read the API.
     """
     reader = _Reader(*_connect(access), timeout=access.timeout_seconds)
     with reader:
-        return reader.snapshot(scope, configmap_namespaces)
+        seen = reader.snapshot(scope, configmap_namespaces)
+        if not resource_slices:
+            return seen
+        found, unread = reader.resource_slices()
+        return dataclasses.replace(seen, resource_slices=found, slices_unread=unread)
 
 
 # --- connecting --------------------------------------------------------------------------------------------------
@@ -191,6 +201,16 @@ class _Reader:
             configmaps=tuple(configmap_from(o) for ns in configmap_namespaces for o in self.list(
                 "list", "configmaps", self.core.list_namespaced_config_map, namespace=ns)),
         )
+
+    def resource_slices(self) -> tuple[tuple[ResourceSlice, ...], str | None]:
+        """Every ResourceSlice (resource.k8s.io/v1), or none and why they could not be read."""
+        from kubernetes.client import ResourceV1Api
+
+        try:
+            return tuple(resource_slice_from(o) for o in self.list(
+                "list", "resourceslices", ResourceV1Api(self.client).list_resource_slice)), None
+        except ClusterAccessError as err:
+            return (), err.message
 
     def get_path(self, *, path: str, limit: int, _continue: str | None = None, _request_timeout: float,
                  field_selector: str | None = None, label_selector: str | None = None, **_: Any) -> Any:

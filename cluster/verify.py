@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
-from cluster import facts
+from cluster import dra_devices, facts
 from cluster.expected import Expected, ExpectedDaemonSet
+from cluster.findings import Finding, FindingCode, Severity
 from cluster.resources import DaemonSet, Deployment, Event, Node, Pod, ReplicaSet, Snapshot
 from compiler.report import label_setter
 from compiler.targets import hami as hami_target
@@ -29,57 +30,6 @@ from policy.resolved.resolve import Offer, ResolvedClass, resolve
 from policy.spec.model import ClusterGPUPolicy
 from policy.vgpu import cloud_vgpu, hami
 
-Severity = Literal["error", "warning", "info"]
-#: Every code a finding of `cluster verify` can carry (docs/operations.md explains each).
-FindingCode = Literal[
-    "allocatable-mismatch",
-    "class-selects-non-gpu-node",
-    "class-without-nodes",
-    "cloud-vgpu-node",
-    "cloud-vgpu-node-in-class",
-    "configmap-missing",
-    "configmap-modified",
-    "daemonset-config-mismatch",
-    "daemonset-image-mismatch",
-    "daemonset-missing",
-    "daemonset-rollout-incomplete",
-    "deployment-config-mismatch",
-    "deployment-image-mismatch",
-    "deployment-missing",
-    "deployment-not-ready",
-    "device-plugin-not-ready",
-    "device-plugin-not-running",
-    "driver-too-old",
-    "driver-version-mismatch",
-    "driver-version-unreadable",
-    "dra-devices-not-verified",
-    "gfd-label-mismatch",
-    "gfd-labels-missing",
-    "gpu-memory-below-sizing",
-    "gpu-model-mismatch",
-    "hami-gpu-unhealthy",
-    "hami-node-not-registered",
-    "hami-registration-mismatch",
-    "hami-scheduler-config-drift",
-    "hami-scheduler-not-installed",
-    "mig-config-in-progress",
-    "mig-config-not-applied",
-    "multiple-device-plugins",
-    "node-count-mismatch",
-    "node-in-several-classes",
-    "node-label-conflict",
-    "node-label-missing",
-    "node-label-stale",
-    "node-taint-missing",
-    "node-taint-undeclared",
-    "pending-pod-capacity-not-applied",
-    "pending-pod-cluster-full",
-    "pending-pod-unsatisfiable",
-    "rollout-stuck",
-    "unclassified-gpu-node",
-    "unexpected-gpu-resource",
-    "unmanaged-device-plugin",
-]
 # Rules whose denial means the scheduler can never place the pod (the others deny for kubelet or tenant reasons).
 _UNSCHEDULABLE_RULES = frozenset({"gpu-request-unsatisfiable", "mig-strategy-mismatch", "vgpu-memory-unsatisfiable",
                                   "vgpu-count-above-gpus", "hami-annotation-invalid"})
@@ -91,22 +41,6 @@ _SEVERITY_RANK = {"error": 0, "warning": 1, "info": 2}
 MIG_STUCK_SECONDS = 30 * 60
 _NO_MANAGED_FIELDS = ("the objects carry no managedFields, which `kubectl get` leaves out unless given "
                       "--show-managed-fields")
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One difference between the cluster and the policy: what, where, and the fix."""
-
-    code: FindingCode
-    message: str
-    hint: str = ""
-    severity: Severity = "error"
-    node_class: str = ""
-    """The class it concerns; empty for cluster-wide findings and workloads."""
-    subject: str = ""
-    """``node/<name>``, ``daemonset/<ns>/<name>``, ``configmap/<ns>/<name>``, ``pod/<ns>/<name>``, ..."""
-    details: tuple[str, ...] = ()
-    """Evidence lines: scheduler events, owner chains, conditions."""
 
 
 @dataclass(frozen=True)
@@ -245,10 +179,19 @@ def verify(snapshot: Snapshot, policy: ClusterGPUPolicy, expected: Expected) -> 
 
 def _status(view: _View, resolved: ResolvedClass) -> ClassStatus:
     nodes = view.members(resolved.name)
-    advertised = tuple((o.resource, sum(n.allocatable.get(o.resource, 0) for n in nodes)) for o in resolved.offers)
+    if resolved.dra:
+        # A DRA class's devices are in ResourceSlices, not in allocatable: its slots are the devices published,
+        # per DeviceClass (what claims name; pods ask for an extended resource only where the bridge is on).
+        keys = [dra_devices.device_class_of(resolved, o) for o in resolved.offers]
+        advertised = tuple((k, dra_devices.published_slots(view.snapshot, nodes, o))
+                           for k, o in zip(keys, resolved.offers, strict=True))
+    else:
+        keys = [o.resource for o in resolved.offers]
+        advertised = tuple((o.resource, sum(n.allocatable.get(o.resource, 0) for n in nodes))
+                           for o in resolved.offers)
     mig = tuple(_mig_state_of(view, n) for n in nodes) if resolved.mig_config is not None else ()
     return ClassStatus(resolved.name, tuple(n.name for n in nodes), resolved.nodes,
-                       tuple((o.resource, o.per_node) for o in resolved.offers), advertised, mig)
+                       tuple((k, o.per_node) for k, o in zip(keys, resolved.offers, strict=True)), advertised, mig)
 
 
 def _no_gfd() -> Finding:
@@ -328,11 +271,10 @@ def _describe_labels(node: Node) -> str:
 def _class_findings(view: _View, resolved: ResolvedClass) -> Iterator[Finding]:
     nodes = view.members(resolved.name)
     yield from _class_size(resolved, nodes)
-    if resolved.dra and nodes:
-        yield Finding("dra-devices-not-verified", f"class {resolved.name} is served by NVIDIA's DRA driver: its "
-                      "devices are in ResourceSlices, which verify does not compare with the DeviceClasses yet",
-                      "kubectl get resourceslices -o wide, and compare with dra/ of the tree", "info",
-                      node_class=resolved.name)
+    if resolved.dra:
+        yield from dra_devices.class_findings(view.snapshot, resolved, nodes, view.expected.device_classes,
+                                              {c.name: c for c in view.classes if c.dra},
+                                              view.policy.spec.dra.namespace)
     for node in nodes:
         yield from _node_findings(view, resolved, node)
 
@@ -353,11 +295,12 @@ def _class_size(resolved: ResolvedClass, nodes: tuple[Node, ...]) -> Iterator[Fi
 def _node_findings(view: _View, resolved: ResolvedClass, node: Node) -> Iterator[Finding]:
     at = {"node_class": resolved.name, "subject": f"node/{node.name}"}
     if resolved.dra:
-        # NVIDIA's DRA driver publishes the class's devices in ResourceSlices, not in the node's allocatable, and
-        # verify does not read them yet (docs/dra.md): only the labels and taints the tree relies on are checked.
+        # NVIDIA's DRA driver publishes the class's devices in ResourceSlices, not in the node's allocatable (they
+        # are compared per class, dra_devices): here only the labels and taints the tree relies on are checked.
         yield from _required_labels(view, resolved, node, at)
         yield from _taints(resolved, node, at)
         return
+    yield from dra_devices.unexpected(view.snapshot, node, resolved.name)
     if not facts.is_gpu_node(node):
         yield Finding("class-selects-non-gpu-node",
                       f"class {resolved.name} selects node {node.name}, which shows no GPU (no GFD labels, no "

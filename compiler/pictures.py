@@ -15,9 +15,9 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from policy.hardware import mig
+from policy.hardware import dra, mig
 from policy.hardware.catalog import MigGeometry
-from policy.resolved.resolve import ResolvedClass
+from policy.resolved.resolve import Offer, ResolvedClass
 
 __all__ = ["Bar", "Instance", "SlotRow", "class_picture", "mig_gpu", "scores", "simulation", "slots"]
 
@@ -317,7 +317,7 @@ def class_picture(rc: ResolvedClass) -> bytes:
                            subtitle=f"{rc.gpu_count} GPU(s) per node, {mig_spec.strategy} strategy{note}")
     memory = rc.memory_mib or 0
     before = SlotRow(f"before: {rc.gpu_count} x nvidia.com/gpu", rc.gpu_count, 1, memory)
-    after = [SlotRow(f"after: {o.resource}", o.devices_per_node, o.replicas,
+    after = [SlotRow(f"after: {_asked_for(o)}", o.devices_per_node, o.replicas,
                      o.slot_memory_mib, o.memory_enforced)
              for o in rc.offers]
     return slots(f"{rc.name}: slots per node, {rc.product}", [before, *after],
@@ -329,3 +329,10 @@ def _instance(geometry: MigGeometry, placement: mig.Placement, replicas: int) ->
     assert profile is not None
     return Instance(profile.name, placement.start, placement.size, profile.memory_mib, profile.compute_slices,
                     replicas)
+
+
+def _asked_for(offer: Offer) -> str:
+    """What pods ask for the slots by; a claim-only DRA offer's DeviceClass, which only claims name."""
+    if offer.claim_only:
+        return f"claims of DeviceClass {offer.resource.removeprefix(dra.IMPLICIT_PREFIX)}"
+    return offer.resource

@@ -66,6 +66,14 @@ class Slots:
     """The device's memory is the catalog's estimate, not a measured figure."""
     mig_profile: str | None = None
     """The MIG profile behind the slots; its name may differ from the resource's (policy/hardware/releases.py)."""
+    device_class: str | None = None
+    """The DeviceClass whose claims alone reach the slots (a DRA class without the extended-resource bridge: no
+    pod can ask for ``resource``)."""
+
+    @property
+    def shown(self) -> str:
+        """What pods (or their claims) ask for, as Markdown."""
+        return f"DeviceClass `{self.device_class}` (claims)" if self.device_class else f"`{self.resource}`"
 
     @property
     def renamed(self) -> bool:
@@ -159,15 +167,19 @@ class CapacityReport:
 
     def totals(self) -> dict[str, Any]:
         after: dict[str, int] = {}
+        claimed: dict[str, int] = {}
         for c in self.counted:
             for s in c.after:
-                after[s.resource] = after.get(s.resource, 0) + (s.total or 0)
+                into, key = (claimed, s.device_class) if s.device_class else (after, s.resource)
+                into[key] = into.get(key, 0) + (s.total or 0)
         return {
             "nodes": sum(c.nodes or 0 for c in self.counted),
             "physicalGpus": sum(c.physical_gpus or 0 for c in self.counted),
             "slotsBefore": sum(c.before.total or 0 for c in self.counted),
-            "slotsAfter": sum(after.values()),
+            "slotsAfter": sum(after.values()) + sum(claimed.values()),
             "slotsAfterByResource": dict(sorted(after.items())),
+            # Only where some DRA class has no extended-resource bridge, so the other reports stay as they were.
+            **({"claimSlotsByDeviceClass": dict(sorted(claimed.items()))} if claimed else {}),
             "classesWithoutNodeCount": list(self.uncounted),
         }
 
@@ -193,7 +205,7 @@ def _slots_dict(s: Slots) -> dict[str, Any]:
             "memoryEnforced": s.memory_enforced, "memoryEstimated": s.memory_estimated,
             "deviceMemoryMiB": s.device_memory_mib,
             "isolation": s.isolation, "replicas": s.replicas, "devicesPerNode": s.devices_per_node,
-            "migProfile": s.mig_profile}
+            "migProfile": s.mig_profile, **({"deviceClass": s.device_class} if s.device_class else {})}
 
 
 def _class_dict(c: ClassReport) -> dict[str, Any]:
@@ -319,12 +331,13 @@ def label_setter(resolved: ResolvedClass, key: str) -> str:
 
 def _slots(offer: Offer, nodes: int | None, gpu_memory_mib: int) -> Slots:
     total = None if nodes is None else nodes * offer.per_node
+    claimed = offer.resource.removeprefix(dra_facts.IMPLICIT_PREFIX) if offer.claim_only else None
     if offer.isolation == "mig-hardware":
         return Slots(offer.resource, offer.per_node, total, offer.slot_memory_mib, offer.memory_enforced,
                      offer.memory_mib, _isolation(offer), offer.replicas, offer.devices_per_node,
-                     offer.memory_estimated, offer.mig_profile)
+                     offer.memory_estimated, offer.mig_profile, claimed)
     return Slots(offer.resource, offer.per_node, total, offer.slot_memory_mib, offer.memory_enforced, gpu_memory_mib,
-                 _isolation(offer), offer.replicas, offer.devices_per_node)
+                 _isolation(offer), offer.replicas, offer.devices_per_node, device_class=claimed)
 
 
 def _isolation(offer: Offer) -> str:
@@ -528,6 +541,8 @@ def render_markdown(report: CapacityReport) -> str:
     ]
     for resource, n in totals["slotsAfterByResource"].items():
         lines.append(f"| `{resource}` | {totals['slotsBefore'] if resource == EXCLUSIVE else 0} | {n} |")
+    for device_class, n in totals.get("claimSlotsByDeviceClass", {}).items():
+        lines.append(f"| DeviceClass `{device_class}` (claims) | 0 | {n} |")
     lines.append("")
     lines.append(f"**{totals['slotsBefore']} → {totals['slotsAfter']} schedulable GPU slots.**")
     if report.uncounted:
@@ -557,7 +572,7 @@ def _class_table(report: CapacityReport) -> str:
         for i, s in enumerate(c.after):
             head = (f"| {c.name} | {c.product} | {c.mode} | {_count(c.nodes)} | {_count(c.physical_gpus)} | "
                     f"{_count(c.before.total)}" if i == 0 else "| | | | | |")
-            rows.append(f"{head} | {_count(s.total)} | `{s.resource}` | {_slot_memory(s)} | {s.isolation} |")
+            rows.append(f"{head} | {_count(s.total)} | {s.shown} | {_slot_memory(s)} | {s.isolation} |")
     return "\n".join(rows)
 
 
@@ -579,7 +594,7 @@ def _class_section(c: ClassReport, plugin: str) -> list[str]:
             memory += f", not enforced ({s.replicas} slots share one {s.device_memory_mib} MiB device)"
         what = f"{s.mig_profile} instances, which device plugin {plugin} advertises as `{s.resource}`; " \
             if s.renamed and not s.resource.startswith(dra_facts.IMPLICIT_PREFIX) else ""
-        out.append(f"- After: {s.per_node} `{s.resource}` per node ({per}); {what}{memory}; "
+        out.append(f"- After: {s.per_node} {s.shown} per node ({per}); {what}{memory}; "
                    f"isolation: {s.isolation}")
     out += [f"- {line}" for line in c.details]
     out.append(f"- Overhead: {c.overhead}")
@@ -652,7 +667,8 @@ def render_text(report: CapacityReport) -> str:
     for c in report.classes:
         for i, s in enumerate(c.after):
             first = (c.name, c.product, c.mode, _count(c.nodes), _count(c.physical_gpus), _count(c.before.total))
-            rows.append((*(first if i == 0 else ("",) * 6), _count(s.total), s.resource, _slot_cell(s), s.isolation))
+            rows.append((*(first if i == 0 else ("",) * 6), _count(s.total), s.shown.replace("`", ""), _slot_cell(s),
+                         s.isolation))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r[:-1], widths, strict=True)) + "  " + r[-1] for r in rows]
     totals = report.totals()

@@ -15,7 +15,7 @@ from typing import get_args
 
 import pytest
 
-from cluster.verify import FindingCode
+from cluster.findings import FindingCode
 from policy.admission.claims import ClaimRule
 from policy.checks.advice import AdviceCode
 from policy.spec.diagnostics import Code, InventoryCode, NoticeCode

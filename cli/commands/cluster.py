@@ -140,7 +140,9 @@ def _verify(args: argparse.Namespace) -> int:
         return ExitCode.BAD_INPUT
     wanted = expected.from_tree(compile_policy(policy))
     seen = _recorded(args) if args.from_files else snapshot.read_snapshot(
-        _access(args), scope="verify", configmap_namespaces=wanted.namespaces)
+        _access(args), scope="verify", configmap_namespaces=wanted.namespaces,
+        # A DRA class's GPUs are in ResourceSlices; without one, verify lists nothing it does not compare.
+        resource_slices=any(nc.allocation == "dra" for nc in policy.spec.node_classes))
     if seen is None:
         return ExitCode.BAD_INPUT
     result = verify.verify(seen, policy, wanted)
@@ -161,7 +163,7 @@ def _recorded(args: argparse.Namespace) -> Snapshot | None:
     if skipped:
         kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(skipped.items()))
         print(f"gpupolicy cluster {args.action}: note: not read ({kinds}): only Nodes, DaemonSets, Pods, Events, "
-              "ReplicaSets, Deployments and ConfigMaps matter here", file=sys.stderr)
+              "ReplicaSets, Deployments, ConfigMaps and ResourceSlices matter here", file=sys.stderr)
     return seen
 
 
@@ -285,7 +287,8 @@ def _discover(args: argparse.Namespace) -> int:
     if args.out is not None and not args.out.strip():
         print("gpupolicy cluster discover: -o needs a file name (or - for standard output)", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    seen = _recorded(args) if args.from_files else snapshot.read_snapshot(_access(args), scope="discover")
+    seen = _recorded(args) if args.from_files else snapshot.read_snapshot(_access(args), scope="discover",
+                                                                                  resource_slices=True)
     if seen is None:
         return ExitCode.BAD_INPUT
     name = args.name or (discover.dns_label(seen.context) if not args.from_files else "") or "discovered"

@@ -233,10 +233,13 @@ class _Facts:
     hami: HamiAdmission | None
     pinned_left: bool = False
     """Pods naming their node are left to the webhook (`leaves_pinned_pods`)."""
+    claim_only_mig: tuple[str, ...] = ()
+    """MIG mixed classes that offer pods nothing (DRA without the extended-resource bridge): no strategy mismatch."""
 
     @classmethod
     def of(cls, policy: offers.AdmissionPolicy, *, pinned_left: bool = False) -> _Facts:
-        return cls(any(ClassView.from_doc(c).taints for c in policy.classes), HamiAdmission.build(policy), pinned_left)
+        return cls(any(ClassView.from_doc(c).taints for c in policy.classes), HamiAdmission.build(policy), pinned_left,
+                   tuple(c.name for c in policy.classes if c.mig_strategy == "mixed" and not c.offers))
 
 
 def leaves_pinned_pods(spec: Spec) -> bool:
@@ -437,7 +440,8 @@ def _placement(facts: _Facts) -> list[tuple[str, str]]:
         ("landing", f"{v('candidates')}.size() > 0 ? {v('candidates')} : {v('placeable')}"),
         # What MIG strategy the placeable classes advertise under, once (rules._is_mig_mismatch).
         ("placeableGpu", f"{v('placeable')}.exists(n, '{GPU}' in {v('offers')}[n])"),
-        ("placeableMig", f"{v('placeable')}.exists(n, {v('offers')}[n].exists(k, k.startsWith('{MIG_PREFIX}')))"),
+        ("placeableMig", f"{v('placeable')}.exists(n, {v('offers')}[n].exists(k, k.startsWith('{MIG_PREFIX}'))"
+                         + (f" || n in {lit(list(facts.claim_only_mig))})" if facts.claim_only_mig else ")")),
         ("placeableMixed", f"{v('placeable')}.exists(n, n in {v('mixed')})"),
         # Requested resources no placeable class offers enough of (a resource no class offers, in ``unknown``,
         # never fits), and those of them that name MIG devices the other strategy's way.

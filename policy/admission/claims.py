@@ -31,7 +31,8 @@ from policy.resolved.offers import AdmissionPolicy, DraClassDoc
 from policy.spec.diagnostics import Diagnostic, Path
 
 ClaimRule = Literal["dra-class-denied", "dra-class-not-compiled", "dra-allocation-all", "dra-admin-access",
-                    "dra-count-above-node", "dra-claim-config-override", "dra-mps-out-of-range"]
+                    "dra-count-above-node", "dra-claim-config-override", "dra-mps-out-of-range",
+                    "dra-capacity-request-invalid", "dra-request-unknown", "dra-constraint-attribute-unknown"]
 #: The claim rules are always enforced: they guard the tenant boundary the ResourceQuota also holds (docs/dra.md).
 CLAIM_RULES: tuple[ClaimRule, ...] = get_args(ClaimRule)
 CLAIM_KINDS = frozenset({"ResourceClaim", "ResourceClaimTemplate"})
@@ -121,6 +122,7 @@ def review(policy: ClaimPolicy, obj: Mapping[str, Any], tenants: Sequence[str],
         classes.setdefault(name, class_name)
         found += _request_findings(policy, allowed, who, class_name, request, path)
     found += _config_findings(policy, devices, base, classes)
+    found += _reference_findings(devices, base)
     return tuple(found)
 
 
@@ -164,6 +166,71 @@ def _request_findings(policy: ClaimPolicy, allowed: frozenset[str], who: str, cl
                          f"node of class {dc.node_class} holds {dc.devices_per_node}, and a request's devices all "
                          "come from the pod's node: it would never be allocated", (*path, "count"),
                          f"ask for at most {dc.devices_per_node}, or split the work over pods")
+    yield from _capacity_findings(dc, request, path)
+
+
+def _capacity_findings(dc: DraClassDoc, request: Mapping[str, Any], path: Path) -> Iterator[Diagnostic]:
+    """capacity.requests (KEP-5075) against what the class's devices publish: memory (at most one device's), and
+    shares (1 to N) only where the driver's consumable shares give the devices N of them; anything else no device
+    has, and the request would pend forever."""
+    for key, amount in _mapping(_mapping(request.get("capacity")).get("requests")).items():
+        name = str(key).removeprefix(f"{facts.DRIVER}/")
+        where = (*path, "capacity", "requests", key)
+        if name not in facts.CONSUMABLE_CAPACITIES:
+            yield Diagnostic("dra-capacity-request-invalid", f"the request asks for capacity {key}, which NVIDIA's "
+                             f"driver does not publish (only {' and '.join(facts.CONSUMABLE_CAPACITIES)}): no device "
+                             "would ever match", where, "ask for memory or shares, or for no capacity")
+        elif name == "shares" and not dc.consumable_shares:
+            yield Diagnostic("dra-capacity-request-invalid", f"the request asks for shares of DeviceClass {dc.name} "
+                             f"({dc.mode}), whose devices publish none (consumable shares are the time-sliced "
+                             "classes'): no device would ever match", where, "remove capacity.requests.shares")
+        elif name == "shares":
+            count = quantity.parse_count(amount)
+            if count is None or not 1 <= count <= dc.consumable_shares:
+                yield Diagnostic("dra-capacity-request-invalid", f"shares {amount!r}: a device of {dc.name} has "
+                                 f"{dc.consumable_shares} shares, and a claim takes 1 to {dc.consumable_shares} of "
+                                 "them", where, f"ask for 1 to {dc.consumable_shares} shares")
+        else:
+            mib = _mib(amount)
+            if mib is None or mib < 0 or (dc.memory_mib and mib > dc.memory_mib):
+                bound = f" of at most the device's {dc.memory_mib}Mi" if dc.memory_mib else ""
+                yield Diagnostic("dra-capacity-request-invalid", f"memory {amount!r} must be a quantity{bound}: "
+                                 f"no device of {dc.name} would ever match", where, "ask for the memory one device has "
+                                 "at most, e.g. 10Gi")
+
+
+def _reference_findings(devices: Mapping[str, Any], base: Path) -> Iterator[Diagnostic]:
+    """constraints[].requests and config[].requests name the claim's requests (``request`` or
+    ``request/subrequest``), and a constraint's attribute of NVIDIA's domain is one the driver publishes. The API
+    server refuses an unknown name itself (resource validation validateRequestNameRef); saying it here tells
+    `gpupolicy admit` in CI, where no API server looks."""
+    names: set[str] = set()
+    for request in _items(devices.get("requests")):
+        name = _mapping(request).get("name")
+        if isinstance(name, str):
+            names.add(name)
+            names.update(f"{name}/{sub.get('name')}" for sub in map(_mapping, _items(
+                _mapping(request).get("firstAvailable"))) if isinstance(sub.get("name"), str))
+    plain = sorted(n for n in names if "/" not in n)
+    for section in ("constraints", "config"):
+        for i, entry in enumerate(_items(devices.get(section))):
+            entry = _mapping(entry)
+            for j, ref in enumerate(_items(entry.get("requests"))):
+                if isinstance(ref, str) and ref not in names:
+                    yield Diagnostic("dra-request-unknown", f"{section}[{i}] names request {ref!r}, which the claim "
+                                     f"does not have (its requests: {', '.join(plain) or 'none'})",
+                                     (*base, section, i, "requests", j), "name one of its requests, or "
+                                     "request/subrequest for a firstAvailable entry")
+            if section != "constraints":
+                continue
+            for field in ("matchAttribute", "distinctAttribute"):
+                attribute = entry.get(field)
+                domain, _, ident = attribute.rpartition("/") if isinstance(attribute, str) else ("", "", "")
+                if domain == facts.DRIVER and ident not in facts.DEVICE_ATTRIBUTES:
+                    yield Diagnostic("dra-constraint-attribute-unknown", f"{field} {attribute} is no attribute "
+                                     "NVIDIA's driver publishes: no device has it, so the constraint is never met",
+                                     (*base, section, i, field), f"use one it publishes, e.g. {facts.DRIVER}/"
+                                     f"parentUUID (MIG devices of one GPU) or {facts.DRIVER}/productName")
 
 
 def _use(allowed: frozenset[str]) -> str:

@@ -696,7 +696,7 @@ class _SuiteModel(BaseModel):
 class Expectation(_SuiteModel):
     allowed: bool
     """Whether the object must be admitted (warn and audit findings do not deny)."""
-    rules: tuple[RuleId | Literal["workload-not-checked"], ...] | None = None
+    rules: tuple[RuleId | claims.ClaimRule | Literal["workload-not-checked"], ...] | None = None
     """Rule ids that must fire, in any mode, and no others (workload-not-checked counts as one); omit to not
     check them."""
     message: str | None = None

@@ -459,7 +459,10 @@ def _too_many(facts: Facts, resource: str, count: int, too_few: Sequence[ClassVi
 def _is_mig_mismatch(resource: str, placeable: Sequence[ClassView]) -> bool:
     offered = {r for c in placeable for r in c.offers}
     if resource.startswith(MIG_PREFIX):
-        return GPU in offered and not any(r.startswith(MIG_PREFIX) for r in offered)
+        # A MIG class whose devices claims alone reach (DRA without the extended-resource bridge) does run the
+        # mixed strategy: the request is unsatisfiable for that reason, which _class_reason says.
+        claim_only = any(c.mig_strategy == "mixed" and not c.offers for c in placeable)
+        return GPU in offered and not claim_only and not any(r.startswith(MIG_PREFIX) for r in offered)
     return resource == GPU and any(c.mig_strategy == "mixed" for c in placeable)
 
 
@@ -546,6 +549,9 @@ def _class_reason(facts: Facts, view: ClassView, resource: str | None, count: in
     resources = [resource] if resource else list(facts.request.resources)
     for r in resources:
         offer = view.offers.get(r)
+        if offer is None and not view.offers:
+            # A DRA class without the extended-resource bridge: only ResourceClaims reach its devices.
+            return f"offers no resource a pod can ask for (its GPUs are claimed through DRA), not {r}"
         if offer is None:
             return f"offers {join(sorted(view.offers)[:3], 'and')}, not {r}"
         need = count if resource else dict(facts.request.totals)[r]

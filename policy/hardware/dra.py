@@ -22,6 +22,16 @@ DRIVER = "gpu.nvidia.com"
 OPAQUE_API_VERSION = "resource.nvidia.com/v1beta1"
 """The driver's opaque config API (api/nvidia.com/resource/v1beta1/api.go GroupName, Version)."""
 CHART = "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu"
+#: The attributes the GPU kubelet plugin publishes under its own domain (v0.4.1 cmd/gpu-kubelet-plugin/deviceinfo.go
+#: GpuInfo.Attributes and VfioDeviceInfo.GetDevice, mig.go CommonAttributesMig): a constraint on another name of
+#: the domain (such as index, removed before v25.12.0) matches no device.
+DEVICE_ATTRIBUTES = frozenset({
+    "type", "uuid", "productName", "brand", "architecture", "cudaComputeCapability", "driverVersion",
+    "cudaDriverVersion", "addressingMode", "parentUUID", "profile", "deviceID", "vendorID", "numa", "iommuFDEnabled",
+})
+#: The capacities a claim may request of a device consumable shares publish (v0.5.0-dev 95932046
+#: cmd/gpu-kubelet-plugin/consumable_shares.go: memory with a request policy; shares in the integer mode).
+CONSUMABLE_CAPACITIES = ("memory", "shares")
 """The standalone chart since v0.4.0 (site/content/docs/upgrade.md)."""
 
 

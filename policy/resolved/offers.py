@@ -121,6 +121,9 @@ class DraClassDoc(_Doc):
     """The class carries the driver's sharing config, which a claim's own config would override."""
     template: str
     """The ResourceClaimTemplate each namespace that may use the class holds."""
+    consumable_shares: int = Field(default=0, ge=0)
+    """Claims one device takes (the driver's consumable shares: a time-sliced class's replicas); 0 where its devices
+    publish no shares capacity."""
 
 
 class DraDoc(_Doc):
@@ -208,7 +211,8 @@ def _dra_doc(resolved: ResolvedPolicy) -> DraDoc | None:
     if not classes:
         return None
     docs = tuple(DraClassDoc(name=c.name, node_class=c.node_class, mode=c.mode, devices_per_node=c.devices_per_node,
-                             memory_mib=c.memory_mib, configured=c.parameters is not None, template=c.template_name)
+                             memory_mib=c.memory_mib, configured=c.parameters is not None, template=c.template_name,
+                             consumable_shares=c.shares if c.mode == "time-slicing" else 0)
                  for c in classes)
     return DraDoc(classes=docs, tenants={t.tenant: t.classes for t in dra.tenants(resolved, classes)},
                   default=dra.default_classes(resolved.spec, classes))
@@ -231,7 +235,9 @@ def _hami_doc(resolved: ResolvedPolicy) -> HamiDoc | None:
 
 def _class_doc(resolved: ResolvedClass) -> ClassDoc:
     # The documents carry the resolved values field for field (properties such as per_node included).
-    offer_docs = tuple(OfferDoc(**{name: getattr(o, name) for name in OfferDoc.model_fields}) for o in resolved.offers)
+    # A claim-only offer (a DRA class without the extended-resource bridge) is no resource any pod can ask for.
+    offer_docs = tuple(OfferDoc(**{name: getattr(o, name) for name in OfferDoc.model_fields})
+                       for o in resolved.offers if not o.claim_only)
     fields = {name: getattr(resolved, name) for name in ClassDoc.model_fields if name not in ("offers", "taints")}
     taints = tuple(TaintDoc(**t.model_dump()) for t in resolved.taints)
     return ClassDoc(**fields, offers=offer_docs, taints=taints)

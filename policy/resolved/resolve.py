@@ -40,6 +40,9 @@ class Offer:
     """Whether the device plugin refuses more than one shared replica per container (only matters when shared)."""
     memory_estimated: bool = False
     """The catalog has no nvidia-smi capture of this MIG profile's memory: the figure is an estimate."""
+    claim_only: bool = False
+    """A DRA class's devices that only ResourceClaims reach: no Kubernetes bridge (DRAExtendedResource off) lets a
+    pod ask for ``resource``, so admission offers it to no pod and the report shows the DeviceClass instead."""
 
     @property
     def per_node(self) -> int:
@@ -321,7 +324,8 @@ def _bridge_candidate(offer: Offer) -> str | None:
 def _dra_offers(spec: Spec, classes: tuple[ResolvedClass, ...]) -> tuple[ResolvedClass, ...]:
     """DRA classes offer their DeviceClasses' extended resources (KEP-5004): the device plugin's name
     (nvidia.com/gpu, nvidia.com/mig-1g.10gb) where extendedResourceName can carry it and no other class offers it,
-    else the implicit deviceclass.resource.kubernetes.io/<class> (reference dra-hami.md A5)."""
+    else the implicit deviceclass.resource.kubernetes.io/<class> (reference dra-hami.md A5); both only where the
+    bridge is on, the offers being claim-only elsewhere."""
     if not any(c.dra for c in classes):
         return classes
     taken = {o.resource for c in classes if not c.dra for o in c.offers}
@@ -333,7 +337,9 @@ def _dra_offers(spec: Spec, classes: tuple[ResolvedClass, ...]) -> tuple[Resolve
         if bridged and name is not None and name not in taken and wanted[name] == 1:
             return offer
         device_class = dra.device_class_name(node_class, mode_name(offer.modes), offer.mig_profile)
-        return replace(offer, resource=dra.implicit_resource(device_class))
+        # Without the bridge the implicit name is no resource a pod can ask for (the scheduler maps it only where
+        # DRAExtendedResource is on, as it does extendedResourceName): the offer stays, for claims alone.
+        return replace(offer, resource=dra.implicit_resource(device_class), claim_only=not bridged)
 
     return tuple(replace(c, offers=tuple(rename(o, c.name) for o in c.offers)) if c.dra else c for c in classes)
 

@@ -183,3 +183,16 @@ def test_a_suite_whose_policy_is_missing_exits_two(tmp_path: Path, capsys: pytes
 def test_a_bad_run_pattern_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["test", suite(tmp_path, DENIED_CASE), "--run", "("]) == 2
     assert "is not a regular expression" in capsys.readouterr().err
+
+
+def test_a_suite_of_claims_and_templates_names_the_claim_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    from policy.admission.claims import ClaimRule
+
+    path = ROOT / "tests" / "fixtures" / "dra" / "claims-suite.yaml"
+    assert main(["test", str(path)]) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "FAIL" not in out and out.splitlines()[-1] == "14 passed, 0 failed"
+    cases = yaml.safe_load(path.read_text(encoding="utf-8"))["cases"]
+    assert {r for case in cases for r in case["expect"].get("rules", [])} >= set(get_args(ClaimRule))
+    jsonschema.validate(yaml.safe_load(path.read_text(encoding="utf-8")),
+                        json.loads(render_schemas()["admission-test-suite.schema.json"]))

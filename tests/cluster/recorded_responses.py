@@ -34,6 +34,7 @@ RESOURCES = {
     "daemonsets": ("apis/apps/v1", "DaemonSetList"),
     "replicasets": ("apis/apps/v1", "ReplicaSetList"),
     "deployments": ("apis/apps/v1", "DeploymentList"),
+    "resourceslices": ("apis/resource.k8s.io/v1", "ResourceSliceList"),
 }
 # fieldSelector keys the real API server supports for these resources, as paths into the object.
 FIELD_PATHS = {
@@ -198,7 +199,8 @@ def _status(code: int, reason: str, message: str) -> Obj:
 
 
 def _forbidden(user: str, resource: str, namespace: str | None) -> Obj:
-    group = '"apps"' if RESOURCES[resource][0].startswith("apis/apps") else '""'
+    prefix = RESOURCES[resource][0]
+    group = f'"{prefix.split("/")[1]}"' if prefix.startswith("apis/") else '""'
     scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
     body = _status(403, "Forbidden", f'{resource} is forbidden: User "{user}" cannot list resource "{resource}" in '
                                      f"API group {group} {scope}")

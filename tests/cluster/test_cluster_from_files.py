@@ -202,7 +202,7 @@ def test_kinds_nothing_reads_are_named_and_typed_lists_lend_their_items_a_kind(t
     result = gpupolicy("cluster", "discover", "-f", path)
     assert result.code == 0
     assert result.err == ("gpupolicy cluster discover: note: not read (1 Service): only Nodes, DaemonSets, Pods, "
-                          "Events, ReplicaSets, Deployments and ConfigMaps matter here\n")
+                          "Events, ReplicaSets, Deployments, ConfigMaps and ResourceSlices matter here\n")
 
 
 @pytest.mark.parametrize(("text", "said"), [

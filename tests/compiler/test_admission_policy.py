@@ -893,3 +893,22 @@ def test_templates_behind_a_wildcard_or_outside_a_plain_pod_spec_are_left_to_the
     (lws,) = workload_fixtures.documents(path)
     _, objects = compiled("mixed-fleet")
     assert not any(matches(p, lws, "CREATE", "apps") for p in objects if p["kind"] == "ValidatingAdmissionPolicy")
+
+
+# ---------------------------------------------------------------- a DRA pool without the extended-resource bridge
+
+
+@pytest.mark.parametrize(("namespace", "pinned", "rule"), [
+    ("inference", {}, "gpu-request-unsatisfiable"),  # the time-sliced L4s offer nvidia.com/gpu, not MIG devices
+    ("inference", {"node-pool": "a100-mig"}, "gpu-request-unsatisfiable"),
+    ("sandbox", {}, "gpu-request-unsatisfiable"),
+])
+def test_a_mig_request_where_the_mig_class_is_claimed_through_dra_is_unsatisfiable_not_a_strategy_mismatch(
+        namespace: str, pinned: dict[str, str], rule: str) -> None:
+    # dra-mixed's a100-mig runs MIG mixed, but on Kubernetes 1.34 without DRAExtendedResource only claims reach its
+    # devices: the engine and the policies both say the request cannot be met, not that the strategy is wrong
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "infer"},
+           "spec": {**({"nodeSelector": pinned} if pinned else {}), "containers": [
+               {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/mig-1g.10gb": 1}}}]}}
+    found = assert_same("dra-mixed", pod, namespace=namespace, labels={"kubernetes.io/metadata.name": namespace})
+    assert sorted(found) == [rule]

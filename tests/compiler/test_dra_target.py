@@ -134,3 +134,65 @@ def test_the_report_gives_each_deviceclass_and_tenant_the_slots_the_spec_makes(e
     text = tree["REPORT.md"].decode() if isinstance(tree["REPORT.md"], bytes) else tree["REPORT.md"]
     assert "| `l40s-mps.mps.gpupolicy.dev` | l40s-mps | mps | 2 | 4 | 16 | none |" in text
     assert "| prod | `a100-mig.1g.10gb.gpupolicy.dev`, `h100-train.exclusive.gpupolicy.dev` | 72 | inference |" in text
+
+
+# --- the implicit extended resources: offered to pods only where Kubernetes maps them to claims -------------------
+
+H100_IMPLICIT = "deviceclass.resource.kubernetes.io/h100-train.exclusive.gpupolicy.dev"
+
+
+def _mig_pod() -> dict[str, Any]:
+    """A pod of the device plugin's world asking for a MIG device of the DRA class, in prod's namespace."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "infer", "namespace": "inference"},
+            "spec": {"nodeSelector": {"node-pool": "a100-mig"},
+                     "containers": [{"name": "c", "image": "i",
+                                     "resources": {"limits": {"nvidia.com/mig-1g.10gb": 1}}}]}}
+
+
+def _offered(policy: ClusterGPUPolicy) -> dict[str, list[str]]:
+    from policy.resolved.offers import build_admission_policy
+
+    return {c.name: [o.resource for o in c.offers] for c in build_admission_policy(policy).classes}
+
+
+def test_without_the_bridge_no_pod_is_offered_a_dra_class_and_the_report_names_its_device_classes(
+        example_policy: Load) -> None:
+    from policy.admission.engine import Engine
+    from policy.resolved.offers import build_admission_policy
+
+    policy = example_policy("dra-mixed")  # Kubernetes 1.34, DRAExtendedResource not listed
+    assert _offered(policy) == {"l4-dev": ["nvidia.com/gpu"], "h100-train": [], "a100-mig": [], "l40s-mps": []}
+    decision = Engine(build_admission_policy(policy)).evaluate(_mig_pod(), tenants=("prod",))
+    assert not decision.allowed
+    [finding] = decision.diagnostics
+    assert finding.code == "gpu-request-unsatisfiable"
+    assert ("a100-mig: offers no resource a pod can ask for (its GPUs are claimed through DRA), not "
+            "nvidia.com/mig-1g.10gb") in finding.message
+    tree = compile_policy(policy)
+    text = tree["REPORT.md"].decode()
+    assert "deviceclass.resource.kubernetes.io/" not in text
+    assert "| DeviceClass `h100-train.exclusive.gpupolicy.dev` (claims) | 0 | 16 |" in text
+    totals = json.loads(tree["report.json"])["totals"]
+    assert totals["slotsAfter"] == 104 and totals["slotsAfterByResource"] == {"nvidia.com/gpu": 16}
+    assert totals["claimSlotsByDeviceClass"]["l40s-mps.mps.gpupolicy.dev"] == 16
+    vap = tree["admission/validatingadmissionpolicy-gpupolicy-pods-deny.gpupolicy.dev.yaml"].decode()
+    assert "deviceclass.resource.kubernetes.io/" not in vap and "nvidia.com/mig-1g.10gb" not in vap
+
+
+def test_with_the_bridge_pods_are_offered_the_resources_kubernetes_maps_to_claims(example_policy: Load) -> None:
+    from policy.admission.engine import Engine
+    from policy.resolved.offers import build_admission_policy
+
+    for old, new in (('kubernetesVersion: "1.34"', 'kubernetesVersion: "1.36"'),
+                     ("  dra:\n    version: v0.4.1", "  dra:\n    version: v0.4.1\n    kubernetesFeatureGates: "
+                                                     "[DRAExtendedResource]")):
+        policy = example_policy("dra-mixed", (old, new))
+        offered = _offered(policy)
+        assert (offered["h100-train"], offered["a100-mig"]) == ([H100_IMPLICIT], ["nvidia.com/mig-1g.10gb"])
+        decision = Engine(build_admission_policy(policy)).evaluate(_mig_pod(), tenants=("prod",))
+        assert decision.allowed, decision.message
+        tree = compile_policy(policy)
+        text = tree["REPORT.md"].decode()
+        assert f"| `{H100_IMPLICIT}` | 0 | 16 |" in text and "(claims)" not in text
+        vap = tree["admission/validatingadmissionpolicy-gpupolicy-pods-deny.gpupolicy.dev.yaml"].decode()
+        assert "nvidia.com/mig-1g.10gb" in vap

@@ -233,7 +233,8 @@ def discoverer(kube_api: KubeAPI, recorded_nodes: Nodes) -> Iterator[Path]:
 def test_discover_needs_only_nodes_and_daemonsets(discoverer: Path, recorded_nodes: Nodes,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     recorded_nodes.write_recorded(storable(yaml.safe_load(NODE_FILES[0].read_text(encoding="utf-8")), "gpu-1"))
-    # RBAC grants the identity those two lists alone: any other read would be refused, and discover would say so
+    # RBAC grants the identity those two lists alone: any other read would be refused, and discover would say so;
+    # the ResourceSlices it also lists (DRA nodes are drafted from them) are refused and read as none
     code, out, err = gpupolicy(capsys, "cluster", "discover", "--kubeconfig", discoverer, "-o", "-")
     assert code == 0, err
     assert yaml.safe_load(out)["kind"] == "ClusterGPUPolicy"

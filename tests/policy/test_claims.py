@@ -149,3 +149,99 @@ def test_a_cluster_without_a_dra_pool_says_no_claim_for_nvidias_driver_is_ever_a
     decision = plain.evaluate(demo("gpu-test1.yaml", "ResourceClaimTemplate"), tenants=["dev"])
     assert codes(decision) == ["dra-class-not-compiled"]
     assert "compiles no DRA class" in decision.diagnostics[0].hint
+
+
+# --- capacity requests (consumable shares) and the names constraints and config refer to ---------------------------
+
+TIME_SLICED = """
+apiVersion: gpupolicy.dev/v1alpha1
+kind: ClusterGPUPolicy
+metadata: {name: shares}
+spec:
+  kubernetesVersion: "1.36"
+  dra: {version: v0.5.0}
+  nodeClasses:
+    - name: l4-shared
+      allocation: dra
+      nodeSelector: {node-pool: l4-shared}
+      nodes: 2
+      gpu: {model: L4, count: 2}
+      sharing:
+        timeSlicing: {replicas: 4}
+"""
+SHARED = "l4-shared.time-slicing.gpupolicy.dev"
+
+
+def claim(device_class: str, **exactly: Any) -> dict[str, Any]:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": "probe", "namespace": "research"},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class,
+                                                                          **exactly}}]}}}
+
+
+@pytest.fixture(scope="module")
+def shared() -> Engine:
+    from policy.load import load_policy
+
+    result = load_policy(TIME_SLICED, filename="shares.yaml")
+    assert result.ok and result.policy is not None, result.diagnostics
+    return Engine(build_admission_policy(result.policy))
+
+
+def test_the_time_sliced_class_takes_its_replicas_as_consumable_shares(shared: Engine) -> None:
+    assert shared.policy.dra is not None
+    assert {c.name: c.consumable_shares for c in shared.policy.dra.classes} == {SHARED: 4}
+    assert shared.evaluate(claim(SHARED, capacity={"requests": {"shares": "2", "memory": "10Gi"}})).allowed
+    assert shared.evaluate(claim(SHARED, capacity={"requests": {"gpu.nvidia.com/shares": 4}})).allowed
+
+
+@pytest.mark.parametrize(("requests", "said"), [
+    ({"shares": "5"}, "shares '5': a device of l4-shared.time-slicing.gpupolicy.dev has 4 shares, and a claim "
+                      "takes 1 to 4 of them"),
+    ({"shares": "0"}, "shares '0'"),
+    ({"memory": "23Gi"}, "memory '23Gi' must be a quantity of at most the device's 23034Mi"),
+    ({"multiprocessors": "10"}, "capacity multiprocessors, which NVIDIA's driver does not publish (only memory and "
+                                "shares)"),
+])
+def test_capacity_no_device_of_the_class_has_is_denied(shared: Engine, requests: dict[str, str], said: str) -> None:
+    decision = shared.evaluate(claim(SHARED, capacity={"requests": requests}))
+    assert codes(decision) == ["dra-capacity-request-invalid"] and said in decision.message, decision.message
+    [finding] = decision.diagnostics
+    assert finding.path[-3:-1] == ("capacity", "requests")
+
+
+def test_shares_of_a_class_without_consumable_shares_are_denied(engine: Engine) -> None:
+    decision = engine.evaluate(claim(H100, capacity={"requests": {"shares": "1"}}), tenants=["research"])
+    assert codes(decision) == ["dra-capacity-request-invalid"]
+    assert f"shares of DeviceClass {H100} (exclusive), whose devices publish none" in decision.message
+    # memory within one H100 is a request the device meets
+    assert engine.evaluate(claim(H100, capacity={"requests": {"memory": "40Gi"}}), tenants=["research"]).allowed
+
+
+def test_constraints_and_config_naming_requests_the_claim_lacks_are_denied(engine: Engine) -> None:
+    obj = claim(H100, count=2)
+    obj["spec"]["devices"]["requests"].append({"name": "pick", "firstAvailable": [
+        {"name": "big", "deviceClassName": H100}, {"name": "small", "deviceClassName": MPS}]})
+    obj["spec"]["devices"]["constraints"] = [
+        {"requests": ["gpu", "pick/big"], "matchAttribute": "gpu.nvidia.com/productName"},
+        {"requests": ["gpus"], "matchAttribute": "gpu.nvidia.com/parentUUID"},
+    ]
+    obj["spec"]["devices"]["config"] = [{"requests": ["pick/tiny"], "opaque": {
+        "driver": "example.com", "parameters": {"apiVersion": "v1", "kind": "X"}}}]
+    decision = engine.evaluate(obj, tenants=["research"])
+    assert codes(decision) == ["dra-request-unknown", "dra-request-unknown"]
+    first, second = decision.diagnostics
+    assert first.message == ("constraints[1] names request 'gpus', which the claim does not have (its requests: "
+                             "gpu, pick)")
+    assert first.path == ("spec", "devices", "constraints", 1, "requests", 0)
+    assert second.path == ("spec", "devices", "config", 0, "requests", 0) and "'pick/tiny'" in second.message
+
+
+def test_a_constraint_on_an_attribute_the_driver_does_not_publish_is_denied(engine: Engine) -> None:
+    obj = claim(H100, count=2)
+    obj["spec"]["devices"]["constraints"] = [{"requests": ["gpu"], "matchAttribute": "gpu.nvidia.com/index"},
+                                             {"distinctAttribute": "gpu.nvidia.com/uuid"},
+                                             {"matchAttribute": "resource.kubernetes.io/pcieRoot"}]
+    decision = engine.evaluate(obj, tenants=["research"])
+    assert codes(decision) == ["dra-constraint-attribute-unknown"]
+    assert decision.diagnostics[0].path == ("spec", "devices", "constraints", 0, "matchAttribute")
