@@ -178,7 +178,9 @@ def promise(tree: Path, class_name: str, spec: dict[str, Any] | None = None) -> 
     report = report_of(tree)
     [entry] = [c for c in report["classes"] if c["name"] == class_name]
     after = entry["after"]
-    shared = {a["resource"]: a["replicas"] for a in after if a["replicas"] > 1}
+    # A claim-only DRA offer (report.json names its deviceClass: no extended-resource bridge) is no resource a pod
+    # asks for, so the admission policy offers it to none; its MIG devices are still laid out.
+    shared = {a["resource"]: a["replicas"] for a in after if a["replicas"] > 1 and "deviceClass" not in a}
     profiles = [a for a in after if a["migProfile"]]
     if not profiles:
         mig_strategy = "none"
