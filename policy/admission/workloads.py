@@ -102,8 +102,8 @@ def subject_of(obj: Mapping[str, Any]) -> str:
 
 def find_workload(obj: Any) -> Workload | None:
     """The pod spec of a Pod or pod controller; None for every other object, however malformed."""
-    if not is_mapping(obj) or obj.get("kind") not in _KINDS:
-        return None
+    if not is_mapping(obj) or not isinstance(obj.get("kind"), str) or obj["kind"] not in _KINDS:
+        return None  # a kind of any other type (a map, a list) is no kind: never hashed
     path = lookup(POD_SPEC_PATHS, _BY_KIND, obj)
     if path is None:
         return None

@@ -38,6 +38,7 @@ def committed(tree: Path, kind: str) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("tree", WEBHOOK_TREES, ids=lambda tree: tree.parent.name)
 def test_the_committed_webhook_deployment_is_restricted_non_root_read_only_and_tokenless(tree: Path) -> None:
+    # Tokenless but for its node cache (admission.nodeCache): then its pod's token reads Nodes and nothing else.
     (deployment,) = [d for d in committed(tree, "Deployment") if d["metadata"]["name"] == "gpupolicy-webhook"]
     (account,) = [a for a in committed(tree, "ServiceAccount") if a["metadata"]["name"] == "gpupolicy-webhook"]
     spec = deployment["spec"]["template"]["spec"]
@@ -46,8 +47,15 @@ def test_the_committed_webhook_deployment_is_restricted_non_root_read_only_and_t
     security = container["securityContext"]
     assert spec["securityContext"]["runAsNonRoot"] is True and spec["securityContext"]["runAsUser"] != 0
     assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
-    assert spec["automountServiceAccountToken"] is False and account["automountServiceAccountToken"] is False
+    node_cache = {"name": "GPUPOLICY_NODE_CACHE", "value": "true"} in container.get("env", [])
+    assert spec["automountServiceAccountToken"] is node_cache and account["automountServiceAccountToken"] is False
     assert spec["serviceAccountName"] == account["metadata"]["name"]
+    bound = {b["roleRef"]["name"] for b in committed(tree, "ClusterRoleBinding") + committed(tree, "RoleBinding")
+             if any(s.get("kind") == "ServiceAccount" and s.get("name") == account["metadata"]["name"]
+                    for s in b.get("subjects", []))}
+    rules = [r for role in committed(tree, "ClusterRole") if role["metadata"]["name"] in bound for r in role["rules"]]
+    assert rules == ([{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get", "list", "watch"]}]
+                     if node_cache else [])
     assert not [volume for volume in spec["volumes"] if "projected" in volume or "hostPath" in volume]
 
 
