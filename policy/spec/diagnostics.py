@@ -214,19 +214,20 @@ def _whole(data: Any) -> bool:
 
 
 def _no_long_string(data: Any) -> bool:
-    """True when `bounded` surely leaves every string in JSON-like ``data`` whole: its JSON is within the line
-    cap and holds no run of more than MAX_QUOTED_CHARS non-blank bytes. Each string's JSON is at least as long as
-    the string, and a run of non-blank characters in it stays one in its JSON (escapes and UTF-8 bytes are
-    non-blank too), so what is true of the JSON is true of every string. A quick answer for what is nearly
-    always so (a fix's paths and names); False sends ``quotable`` the long way."""
+    """True when `bounded` surely leaves every string in JSON-like ``data`` whole: none of them, key or value, is
+    longer than MAX_QUOTED_CHARS, and `bounded` returns such a string as it is. Told from the data's JSON: a string
+    without escapes is its opening quote and a run of bytes without one, at least as long as the string, so a JSON
+    with no backslash and no such run longer than MAX_QUOTED_CHARS holds no longer string. A quick answer for what
+    is nearly always so (a fix's paths and names); False sends ``quotable`` the long way."""
     try:
         text = orjson.dumps(data)
     except orjson.JSONEncodeError:
         return False
-    return len(text) <= MAX_LINE_CHARS and _LONG_RUN.search(text) is None
+    return b"\\" not in text and _LONG_RUN.search(text) is None
 
 
-_LONG_RUN = re.compile(rb"\S{%d,}" % (MAX_QUOTED_CHARS + 1))
+# Anchored at a quote so that each run between quotes is scanned once (linear in the JSON).
+_LONG_RUN = re.compile(rb'"[^"]{%d,}' % (MAX_QUOTED_CHARS + 1))
 
 
 def format_path(path: Path) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -48,14 +49,24 @@ def test_quotable_keeps_exactly_the_data_whose_every_string_bounded_leaves_whole
     ('x' * 100 + '"') * 10,                            # quotes inside the run: escaped, still one run
     ("word " * (MAX_LINE_CHARS // 5 + 1)),             # no long run, but past the line cap
     "\u00a0".join(["y" * 200] * 3),                    # a blank that \S in bytes does not see: the walk decides
+    "z" * MAX_QUOTED_CHARS,                            # the longest string the quick answer clears
+    "\\" * (MAX_QUOTED_CHARS // 2 + 1),                 # escaped: shorter than its JSON, the walk decides
 ])
 def test_what_bounded_would_cut_is_not_quotable(text: str) -> None:
     assert (quotable({"path": text}) is None) is (bounded(text) != text)
 
 
 def test_the_quick_answer_is_taken_for_a_fix_of_names_and_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    fix = {"edits": [{"kind": "set-node-selector", "path": "/spec/nodeSelector/node-pool", "value": "h100"}],
-           "jsonPatch": [{"op": "add", "path": "/spec/nodeSelector", "value": {"node-pool": "h100"}}]}
+    # A real fix: its JSON is past MAX_QUOTED_CHARS bytes (compact JSON has no blank to break a run), while no
+    # string in it comes near.
+    edits = [{"kind": "set-node-selector", "path": "/spec/nodeSelector/node-pool", "value": "h100-train"},
+             {"kind": "add-toleration", "path": "/spec/tolerations/-", "key": "dedicated", "operator": "Equal",
+              "value": "training", "effect": "NoSchedule"}]
+    patch = [{"op": "add", "path": "/spec/nodeSelector", "value": {"node-pool": "h100-train"}},
+             {"op": "add", "path": "/spec/tolerations/-", "value": {"key": "dedicated", "operator": "Equal",
+                                                                    "value": "training", "effect": "NoSchedule"}}]
+    fix = {"edits": edits, "jsonPatch": patch}
+    assert len(orjson.dumps(fix)) > MAX_QUOTED_CHARS
     assert diagnostics._no_long_string(fix)
     monkeypatch.setattr(diagnostics, "bounded", lambda text: pytest.fail("walked a fix the quick check clears"))
     assert quotable(fix) is fix
