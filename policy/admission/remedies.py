@@ -323,22 +323,35 @@ def _pins(state: Assessment, finding: Diagnostic) -> Iterator[Fix]:
     taints alone keep the pod away); classes its tenant may not use are never offered."""
     facts = state.facts
     resources = facts.request.resources
+    refused = _refused_anywhere(facts)
     count = 0
     for view in _preferred(state, finding):
         if count >= _PINS:
             return
         if facts.request.totals and not view.fits(facts.request.totals):
             continue
-        if not facts.access.allows(view, resources) or facts.candidates == (view,):
+        if not facts.access.allows(view, resources) or facts.candidates == (view,) or refused(view):
             continue
         edits = _pin_edits(state, view)
         conflict = facts.conflict_of(view)
-        if conflict is not None and conflict.taint is not None:
+        if conflict is not None and conflict.taint is not None and not any(map(refused, facts.candidates)):
             # Only its taints keep the pod off the class: tolerating them may be all it takes.
             yield Fix((Pin(view.name, tuple(e for e in edits if isinstance(e, AddToleration))),))
         if edits:
             count += 1
             yield Fix((Pin(view.name, edits),))
+
+
+def _refused_anywhere(facts: Facts) -> Callable[[ClassView], bool]:
+    """Whether the device plugin of a class refuses a container of the pod (more than one replica of a resource
+    it shares strictly): a pin to that class, or tolerations that keep it among the candidates, leaves
+    shared-gpu-request-above-one, so they are not tried (a pin never changes the request, and the class stays a
+    candidate). Never for a pod naming its node (the node decides its class) or one HAMi takes (whose request
+    the rules read as HAMi counts it)."""
+    if facts.placement.node_name is not None or facts.hami is not None:
+        return lambda view: False
+    above_one = {a.resource for c in facts.request.containers for a in c.amounts if a.count > 1}
+    return lambda view: any(view.refuses_above_one(r) for r in above_one)
 
 
 def _preferred(state: Assessment, finding: Diagnostic) -> list[ClassView]:

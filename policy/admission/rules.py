@@ -105,6 +105,12 @@ class ClassView:
                 return False
         return True
 
+    def refuses_above_one(self, resource: str) -> bool:
+        """Whether the device plugin of the class's nodes refuses a container asking for more than one replica of
+        ``resource`` (shared with failRequestsGreaterThanOne): shared-gpu-request-above-one."""
+        offer = self.offers.get(resource)
+        return offer is not None and offer.shared and offer.strict
+
     def untolerated(self, tolerations: Sequence[Toleration], node_name: str | None = None) -> NodeTaint | None:
         """The first taint of the class that keeps the pod off its nodes, or None."""
         effects = KUBELET_EFFECTS if node_name else SCHEDULING_EFFECTS
@@ -160,7 +166,7 @@ class Access:
         of it, and the class is this access's: a fix never lowers an amount that such a class holds (it places the
         pod there instead)."""
         offer = view.offers.get(resource)
-        if offer is None or offer.per_node < max(count, total) or (count > 1 and offer.shared and offer.strict):
+        if offer is None or offer.per_node < max(count, total) or (count > 1 and view.refuses_above_one(resource)):
             return False
         bad, outside = self.denies(view, offer)
         return not bad and not outside
@@ -573,8 +579,7 @@ def check_shared_above_one(facts: Facts) -> tuple[Diagnostic, ...]:
         for amount in container.amounts:
             if amount.count <= 1:
                 continue
-            shared = [c for c in facts.landing(amount.resource)
-                      if (o := c.offers.get(amount.resource)) is not None and o.shared and o.strict]
+            shared = [c for c in facts.landing(amount.resource) if c.refuses_above_one(amount.resource)]
             if shared:
                 found.append(_shared_finding(facts, container.name, amount.resource, amount.count, amount.path, shared))
     return tuple(found)
