@@ -49,17 +49,21 @@ class Dumper(yaml.SafeDumper):
         return True
 
     def represent_str(self, data: str) -> ScalarNode:
-        if any(ch in data for ch in _UNICODE_BREAKS):
-            # PyYAML folds these YAML 1.1 line breaks wrongly in plain and block styles; escapes are exact.
-            return self.represent_scalar(STR_TAG, data, style='"')
-        if "\n" in data:
-            return self.represent_scalar(STR_TAG, data, style="|")
-        if is_ambiguous(data):
-            return self.represent_scalar(STR_TAG, data, style='"')
-        return self.represent_scalar(STR_TAG, data)
+        return self.represent_scalar(STR_TAG, data, style=_str_style(data))
 
 
 Dumper.add_representer(str, Dumper.represent_str)
+
+
+@functools.lru_cache(maxsize=16384)  # manifests repeat the same keys and values thousands of times
+def _str_style(data: str) -> str | None:
+    """How a string is written: double-quoted, a literal block, or plain (None)."""
+    if any(ch in data for ch in _UNICODE_BREAKS):
+        # PyYAML folds these YAML 1.1 line breaks wrongly in plain and block styles; escapes are exact.
+        return '"'
+    if "\n" in data:
+        return "|"
+    return '"' if is_ambiguous(data) else None
 
 
 def is_ambiguous(text: str) -> bool:
@@ -113,9 +117,23 @@ def _is_plain_string(text: str) -> bool:
         text.startswith((" ", "\n")) or text.endswith("\n\n"))
 
 
+_NOT_PLAIN = "not plain"
+
+
+@functools.lru_cache(maxsize=16384)
+def _plain_style(data: str) -> str | None:
+    """_str_style for a string of the agreed class, or _NOT_PLAIN."""
+    return _str_style(data) if _is_plain_string(data) else _NOT_PLAIN
+
+
 def _is_plain_key(key: Any) -> bool:
+    return type(key) is str and _is_plain_key_text(key)
+
+
+@functools.lru_cache(maxsize=16384)
+def _is_plain_key_text(key: str) -> bool:
     # Both emitters write keys over 128 characters as "? " keys, but not identically around the limit.
-    return type(key) is str and 0 < len(key) <= 100 and key.isascii() and key.isprintable()
+    return 0 < len(key) <= 100 and key.isascii() and key.isprintable()
 
 
 @functools.lru_cache(maxsize=8192)
@@ -160,9 +178,10 @@ if CEmitter is not None:
             return super().represent_data(data)  # type: ignore[no-any-return]
 
         def represent_str(self, data: str) -> ScalarNode:
-            if not _is_plain_string(data):
+            style = _plain_style(data)
+            if style is _NOT_PLAIN:
                 raise _NotPlain
-            return Dumper.represent_str(self, data)  # type: ignore[arg-type]
+            return ScalarNode(STR_TAG, data, style=style)  # represent_scalar's node: no default style, no aliases
 
         def represent_mapping(self, tag: str, mapping: Any, flow_style: bool | None = None) -> Any:
             if not all(_is_plain_key(key) for key in mapping):

@@ -809,7 +809,14 @@ def rules_by_mode(document: offers.AdmissionPolicy) -> dict[RuleMode, list[RuleI
 
 
 def render_admission_policies(resolved: ResolvedPolicy) -> list[Obj]:
-    """The policies and bindings for admission.engine vap or both, sorted by (kind, name); empty otherwise."""
+    """The policies and bindings for admission.engine vap or both, sorted by (kind, name); empty otherwise.
+
+    Rendered once per resolved policy (the tree, its monitoring and REPORT.md's cost note all read them): the
+    objects are shared, so a caller that changes one copies it first."""
+    return list(resolved.derived(_render))
+
+
+def _render(resolved: ResolvedPolicy) -> list[Obj]:
     spec = resolved.spec
     if not spec.admission.enabled or spec.admission_engine == "webhook":
         return []

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Literal
 
 from policy.hardware.catalog import MigGeometry, MigProfile
@@ -365,6 +365,7 @@ def advertise(release: Release, gpu: MigGeometry, profile: MigProfile, strategy:
     return Advertised(profile.name, resource, _renamed(naming, profile, name[0], pattern, resource), certain)
 
 
+@lru_cache(maxsize=1024)  # a fleet repeats a few layouts on hundreds of classes, and the report runs the checks again
 def oldest_advertising(gpu: MigGeometry, profiles: tuple[MigProfile, ...], strategy: MigStrategy,
                        *, own_names: bool) -> Release | None:
     """The oldest release from which every later known release starts with all `profiles` (and, with

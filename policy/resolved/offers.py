@@ -177,6 +177,10 @@ def build_admission_policy(policy: ClusterGPUPolicy | ResolvedPolicy) -> Admissi
     """Compile a checked policy (resolved, or resolved here) into the document the rule engine evaluates
     pods against."""
     resolved = policy if isinstance(policy, ResolvedPolicy) else resolve(policy)
+    return resolved.derived(_admission_policy)
+
+
+def _admission_policy(resolved: ResolvedPolicy) -> AdmissionPolicy:
     spec = resolved.spec
     classes = tuple(_class_doc(c) for c in resolved.classes)
     tenants = tuple(
