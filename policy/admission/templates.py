@@ -5,6 +5,11 @@ pod spec (KServe's predictor.model, Argo's template.container and podSpecPatch, 
 template becomes one Pod the rules judge as they judge any Pod; every finding is then moved back to where its field
 really is in the custom resource and names the template. Every walk here is linear in the object: each table path
 visits the parts of the object it names, once.
+
+An Argo template's pod is not the template alone: Argo's controller adds the workflow's own fields (its
+nodeSelector, affinity, tolerations, schedulerName, podMetadata, podSpecPatch, templateDefaults, and the placement of
+the steps or DAG template that runs the template), as `_Workflow` reads them; a finding on a part that came from
+there points at the field that wrote it.
 """
 
 from __future__ import annotations
@@ -126,6 +131,11 @@ class Template:
     """The pod spec fields the object writes at ``spec_path`` itself."""
     steps: _RefSteps | None = field(default=None, compare=False)
     """How the template was found (to build it again from an edited object)."""
+    sources: _Sources | None = field(default=None, compare=False)
+    """Parts of ``pod`` written elsewhere than the template's own fields (an Argo workflow's nodeSelector, a
+    podSpecPatch's tolerations): where each really is, and whether an edit of the template's own fields reaches it."""
+    context: _Context | None = field(default=None, compare=False)
+    """The Argo workflow the template is run in, and the steps or DAG template that runs it (to build it again)."""
 
     @functools.cached_property
     def ask(self) -> Ask | None:
@@ -137,7 +147,12 @@ class Template:
 
     @property
     def label(self) -> str:
-        return format_path(self.path)
+        """The template's path; for an Argo template run by steps or DAG templates of different placements (one Pod
+        for each), also the one that runs it."""
+        if self.context is None or not self.context.several:
+            return format_path(self.path)
+        caller = self.context.caller_path
+        return f"{format_path(self.path)} (run by {format_path(caller) if caller else 'no steps or DAG template'})"
 
     @property
     def direct(self) -> bool:
@@ -147,6 +162,10 @@ class Template:
     def real(self, path: Path) -> Path:
         """Where a path into ``pod`` is in the object (for a finding: the nearest place the object writes it)."""
         head, rest = (path[0], path[1:]) if path else ("", ())
+        found = self.sources.find(path) if self.sources is not None else None
+        if found is not None:
+            origin, depth = found
+            return origin.path if origin.opaque else (*origin.path, *path[depth:])
         if head == "metadata":
             return (*self.metadata_path, *rest) if self.metadata_path is not None else path
         if head != "spec":
@@ -168,8 +187,16 @@ class Template:
     def where(self, path: Path) -> Path | None:
         """Where a field of ``pod`` an edit writes is in the object, or None where the object has no such field of
         its own: a container built from GPU keys or set in a string, a pod spec field the template does not write
-        (an Argo template's nodeSelector is its own; a Kubeflow TrainJob's trainer has none)."""
+        (an Argo template's nodeSelector is its own; a Kubeflow TrainJob's trainer has none), or one the template's own
+        field would not give back whole (an Argo workflow's tolerations: a template's own replace them all)."""
         head, rest = (path[0], path[1:]) if path else ("", ())
+        found = self.sources.find(path) if self.sources is not None else None
+        if found is not None:
+            origin, depth = found
+            if origin.reach == _FIXED:
+                return None
+            if origin.reach == _OWN:
+                return (*origin.path, *path[depth:])
         if head == "metadata":
             home = self.metadata_path or self.metadata_home
             return (*home, *rest) if home is not None else None
@@ -202,7 +229,7 @@ class Template:
         if self.steps is None or not is_mapping(at):
             return None
         metadata = obj.get("metadata")
-        return _template(obj, at, self.path, self.steps, metadata if is_mapping(metadata) else {})
+        return _template(obj, at, self.path, self.steps, metadata if is_mapping(metadata) else {}, self.context)
 
 
 def joined(found: Sequence[tuple[Template, tuple[Diagnostic, ...]]]) -> tuple[Diagnostic, ...]:
@@ -230,7 +257,8 @@ class KindTable:
         for kind in kinds:
             self._by_key.setdefault((kind.group, kind.kind), kind)
             self._by_kind.setdefault(kind.kind, kind)
-        self._steps = {id(ref): _RefSteps.of(ref) for kind in kinds for ref in kind.templates}
+        self._steps = {(id(kind), id(ref)): _RefSteps.of(ref, (kind.group, kind.kind) in ARGO_KINDS)
+                       for kind in kinds for ref in kind.templates}
 
     def kind_of(self, obj: Any) -> WorkloadKind | None:
         """The table's entry for the object's group and kind (by kind alone when it names no apiVersion)."""
@@ -238,7 +266,8 @@ class KindTable:
         return found
 
     def templates(self, obj: Any) -> tuple[Template, ...] | None:
-        """Every pod template of a table kind's object, in table order; None for an object of no table kind."""
+        """Every pod template of a table kind's object, in table order; None for an object of no table kind. An
+        Argo template run by steps or DAG templates of different placements is one Template for each."""
         kind = self.kind_of(obj)
         if kind is None:
             return None
@@ -246,10 +275,12 @@ class KindTable:
         metadata = metadata if is_mapping(metadata) else {}
         found: list[Template] = []
         for ref in kind.templates:
-            steps = self._steps[id(ref)]
+            steps = self._steps[(id(kind), id(ref))]
+            workflow = _Workflow.of(obj, steps.workflow) if steps.workflow is not None else None
             for value, path in walk(obj, steps.path):
                 if is_mapping(value):
-                    found.append(_template(obj, value, path, steps, metadata))
+                    for context in workflow.contexts(value) if workflow is not None else (None,):
+                        found.append(_template(obj, value, path, steps, metadata, context))
         return tuple(found)
 
 
@@ -264,18 +295,24 @@ class _RefSteps:
     keys: tuple[tuple[tuple[Step, ...], str, str], ...]
     own: frozenset[str]
     """The pod spec fields written at the pod spec's place (PodTemplateRef.spec_fields)."""
+    workflow: tuple[str, ...] | None = None
+    """Where an Argo kind's WorkflowSpec is, for templates at its ``templates[*]``: their pods get its fields."""
 
     @classmethod
-    def of(cls, ref: PodTemplateRef) -> _RefSteps:
+    def of(cls, ref: PodTemplateRef, argo: bool = False) -> _RefSteps:
         own = POD_SPEC_FIELDS if ref.spec_fields is None else POD_SPEC_FIELDS.intersection(ref.spec_fields)
-        return cls(parse(ref.path), parse(ref.pod_spec),
+        path = parse(ref.path)
+        head = path[:-2]
+        workflow = tuple(s for s in head if isinstance(s, str)) \
+            if argo and path[-2:] == ("templates", _ITEMS) and all(isinstance(s, str) for s in head) else None
+        return cls(path, parse(ref.pod_spec),
                    tuple((parse(c.path), c.name or c.path, c.resources, c.init) for c in ref.containers),
                    parse(ref.pod_spec_patch) if ref.pod_spec_patch else None,
-                   tuple((parse(k.path), k.field, k.resource) for k in ref.gpu_keys), frozenset(own))
+                   tuple((parse(k.path), k.field, k.resource) for k in ref.gpu_keys), frozenset(own), workflow)
 
 
 def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, steps: _RefSteps,
-              metadata: Mapping[str, Any]) -> Template:
+              metadata: Mapping[str, Any], context: _Context | None = None) -> Template:
     # the spec and its path from one match, so a wildcard in the pod spec's place is filled in where it matched
     spec, spec_path = next(((v, where) for v, where in walk(value, steps.pod_spec, path) if is_mapping(v)),
                            ({}, (*path, *(s for s in steps.pod_spec if isinstance(s, str)))))
@@ -291,10 +328,16 @@ def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, step
                 if resources != "resources":
                     renamed[(section, len(lists[section]))] = resources
                 lists[section].append(_container(item, name, resources))
-    extra: dict[str, Any] = {}
+    # Only pod spec fields: the template's own fields (an Argo template's name, inputs, outputs) are no part of the
+    # Pod, and would make identical templates different Pods to the engine's memo.
+    own = spec if all(k in steps.own for k in spec) else {k: v for k, v in spec.items() if k in steps.own}
+    sources = _Sources()
+    extra = context.placement(own, spec_path, sources) if context is not None else {}
     before = set(moved.items())
-    if steps.patch is not None:
-        extra = _apply_patch(value, spec, path, steps.patch, lists, moved)
+    for text, where in _patches(value, path, steps, context):
+        patch = _read_patch(text)
+        if patch is not None:
+            _apply_patch(patch, where, {**own, **extra}, lists, moved, extra, sources)
     opaque = frozenset(k for k, v in moved.items() if (k, v) not in before)
     keys: dict[tuple[str, str], Path] = {}
     keyed = None
@@ -308,9 +351,6 @@ def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, step
         keyed = len(lists["containers"])
         lists["containers"].append({"name": format_path(path), "resources": tables})
     changed = bool(moved or keys or extra)
-    # Only pod spec fields: the template's own fields (an Argo template's name, inputs, outputs) are no part of the
-    # Pod, and would make identical templates different Pods to the engine's memo.
-    own = spec if all(k in steps.own for k in spec) else {k: v for k, v in spec.items() if k in steps.own}
     pod_spec = {**own, **extra, **{s: items for s, items in lists.items() if items}} if changed else own
     # A PodTemplateSpec's labels and annotations are beside its spec (template.metadata for template.spec); an Argo
     # template, whose pod spec fields are the template's own, writes them in its own metadata.
@@ -326,9 +366,11 @@ def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, step
     pod_metadata: dict[str, Any] = {k: metadata[k] for k in ("name", "generateName", "namespace") if k in metadata}
     if template_metadata is not None:
         pod_metadata.update({k: template_metadata[k] for k in ("labels", "annotations") if k in template_metadata})
+    if context is not None:
+        context.metadata(template_metadata or {}, pod_metadata, sources)
     return Template(path, {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": pod_spec}, spec_path,
                     moved, keys, keyed, metadata_path if template_metadata is not None else None, home, changed,
-                    opaque, renamed, steps.own, steps)
+                    opaque, renamed, steps.own, steps, sources if sources else None, context)
 
 
 def _container(item: Mapping[str, Any], name: str, resources: str) -> dict[str, Any]:
@@ -340,51 +382,360 @@ def _container(item: Mapping[str, Any], name: str, resources: str) -> dict[str, 
     return container
 
 
-def _apply_patch(value: Mapping[str, Any], spec: Mapping[str, Any], path: Path, patch_steps: tuple[Step, ...],
-                 lists: dict[str, list[Any]], moved: dict[tuple[str, int], Path]) -> dict[str, Any]:
-    """Merge a podSpecPatch string into the template's containers (by name, resources table by table) and return
-    the placement fields it sets (nodeSelector merged by key with the pod spec's, tolerations appended to its,
-    affinity and nodeName replaced), as Argo applies it with a strategic merge patch
-    (workflow/controller/workflowpod.go)."""
-    found = next(walk(value, patch_steps, path), None)
-    if found is None or not isinstance(found[0], str) or len(found[0]) > MAX_PATCH_CHARS:
-        return {}
-    text, where = found
+# --- where the parts of a built Pod really are -----------------------------------------------------------------------
+
+_OWN = 0  # the template's own field, at another place in the Pod (a toleration after its templateDefaults' ones)
+_KEYED = 1  # an entry the template's own field of that name overrides (a podMetadata annotation, a schedulerName)
+_FIXED = 2  # a part no edit of the template's own fields gives back whole (a workflow's nodeSelector, a patch's part)
+
+
+@dataclass(frozen=True)
+class _Origin:
+    path: Path
+    """Where the part is in the object."""
+    opaque: bool
+    """It is set inside a string (a podSpecPatch): a finding points at the string itself."""
+    reach: int
+    """What an edit of the Pod's part does at the template (_OWN, _KEYED or _FIXED)."""
+
+
+class _Sources:
+    """Parts of a built Pod and where each really is: a trie of Pod paths, a part set again replacing what was
+    recorded beneath it (a patch's tolerations replace the list of the templateDefaults' ones)."""
+
+    _HERE = ("",)  # the trie key of a node's own origin: no step of a path is a tuple
+
+    def __init__(self) -> None:
+        self._root: dict[Any, Any] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._root)
+
+    def set(self, path: Path, origin: _Origin) -> None:
+        node = self._root
+        for step in path[:-1]:
+            node = node.setdefault(step, {})
+        node[path[-1]] = {self._HERE: origin}
+
+    def find(self, path: Path) -> tuple[_Origin, int] | None:
+        """The origin of the nearest recorded part holding ``path``, and that part's length; None where ``path`` is
+        the template's own."""
+        node, found = self._root, None
+        for depth, step in enumerate(path, 1):
+            node = node.get(step) if isinstance(node, dict) else None
+            if node is None:
+                break
+            if self._HERE in node:
+                found = (node[self._HERE], depth)
+        return found
+
+
+# --- Argo Workflows: what its controller adds to a template's pod ----------------------------------------------------
+
+#: The kinds whose ``<spec>.templates[*]`` are templates of the WorkflowSpec at ``<spec>`` (a CronWorkflow's at
+#: spec.workflowSpec). A WorkflowTemplate's own spec fields reach its pods where it is run as a workflow (a
+#: Workflow's workflowTemplateRef); a template another workflow calls by templateRef gets that workflow's instead.
+ARGO_KINDS = frozenset(("argoproj.io", k) for k in ("Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate",
+                                                     "CronWorkflow"))
+#: The template types Argo runs as a pod of their own (wfv1.Template.GetType; steps, dag, suspend run none; http
+#: and plugin run in the workflow's agent pod, which takes no workflow placement).
+_POD_TYPES = ("container", "script", "containerSet", "resource", "data")
+#: The placement Argo takes from the template, else the steps or DAG template that runs it, else the workflow.
+_PLACEMENT = ("nodeSelector", "affinity", "tolerations")
+
+
+def _has(name: str, value: Any) -> bool:
+    """Whether a template or workflow sets the field, as addSchedulingConstraints asks it (len(...) > 0 for a map
+    or a list, != nil for affinity, != "" for schedulerName)."""
+    if name == "affinity":
+        return is_mapping(value)
+    if name == "schedulerName":
+        return isinstance(value, str) and value != ""
+    if name == "tolerations":
+        return isinstance(value, list) and len(value) > 0
+    return is_mapping(value) and len(value) > 0
+
+
+@dataclass(frozen=True)
+class _Workflow:
+    """An Argo WorkflowSpec, read for the fields its controller puts in the pod of each of its templates.
+
+    As argoproj/argo-workflows builds the pod (v4.1.2, same in v3.6.2; workflow/controller/workflowpod.go):
+    ``addSchedulingConstraints`` sets nodeSelector, affinity and tolerations each from the template where it sets
+    it (a non-empty map or list, a non-nil affinity), else from the boundary template (the steps or DAG template
+    whose node runs it: ``GetBoundaryTemplate``), else from the workflow: whole, never merged; schedulerName from
+    the template, else the workflow. ``addMetadata`` copies spec.podMetadata's labels and annotations, then the
+    template's. ``processPodSpecPatch`` then applies spec.podSpecPatch, then the template's, each a strategic
+    merge patch of the pod spec (workflow/util/util.go ``ApplyPodSpecPatch``). Before all of it, the template (and
+    the boundary template) was merged onto spec.templateDefaults with a strategic merge patch
+    (workflow/controller/operator.go ``mergedTemplateDefaultsInto``): the template's nodeSelector keys and
+    metadata win over the defaults', its tolerations are merged with the defaults' by key, its affinity into
+    theirs, and its schedulerName and podSpecPatch win where set.
+    """
+
+    spec: Mapping[str, Any]
+    path: Path
+    templates: Sequence[Any]
+    callers: Mapping[str, tuple[int, ...]]
+    """Template name -> the steps and DAG templates that run it (by template, hooks or onExit), in order."""
+    roots: frozenset[str]
+    """Templates run with no boundary: the entrypoint, the exit handler, the workflow's hooks."""
+    unique: frozenset[str]
+    """Names only one template has (Argo refuses a workflow whose template names repeat)."""
+    _memo: dict[tuple[Any, ...], tuple[int | None, ...]] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any], at: tuple[str, ...]) -> _Workflow | None:
+        """The WorkflowSpec at ``at``, its templates' callers found in one pass over them."""
+        spec = value_at(obj, at) if at else obj
+        if not is_mapping(spec):
+            return None
+        templates = spec.get("templates")
+        templates = templates if isinstance(templates, list) else []
+        callers: dict[str, list[int]] = {}
+        seen: dict[str, int] = {}
+        for index, template in enumerate(templates):
+            if not is_mapping(template):
+                continue
+            name = template.get("name")
+            if isinstance(name, str):
+                seen[name] = seen.get(name, 0) + 1
+            for called in dict.fromkeys(_called(template)):
+                callers.setdefault(called, []).append(index)
+        hooks = spec.get("hooks")
+        roots = (spec.get("entrypoint"), spec.get("onExit"),
+                 *(h.get("template") for h in (hooks.values() if is_mapping(hooks) else ()) if is_mapping(h)))
+        return cls(spec, at, templates, {k: tuple(v) for k, v in callers.items()},
+                   frozenset(r for r in roots if isinstance(r, str)),
+                   frozenset(name for name, count in seen.items() if count == 1))
+
+    @property
+    def defaults(self) -> Mapping[str, Any]:
+        found = self.spec.get("templateDefaults")
+        return found if is_mapping(found) else {}
+
+    def contexts(self, template: Mapping[str, Any]) -> tuple[_Context | None, ...]:
+        """The runs of a template that build different pods: one for each steps or DAG template running it whose
+        placement reaches its pod (where the template and its defaults do not set that field themselves), and one
+        without any where it is run outside them (or by nothing in this object); (None,) for a template that
+        runs no pod of its own, which gets nothing from the workflow."""
+        if not any(is_mapping(template.get(t)) for t in _POD_TYPES):
+            return (None,)
+        name = template.get("name")
+        defaults = self.defaults
+        sets = tuple(_has(f, template.get(f)) or _has(f, defaults.get(f)) for f in _PLACEMENT)
+        key = (name if isinstance(name, str) else None, sets)
+        runs = self._memo.get(key)
+        if runs is None:  # once per name and what it sets: linear in the callers, however many templates call
+            callers = self.callers.get(name, ()) if isinstance(name, str) and name in self.unique else ()
+            distinct: dict[tuple[int | None, ...], int | None] = {}
+            for caller in (*((None,) if not callers or name in self.roots else ()), *callers):
+                placement = tuple(self.boundary(caller, f) for f, own in zip(_PLACEMENT, sets, strict=True)
+                                  if not own)
+                distinct.setdefault(placement, caller)
+            runs = self._memo[key] = tuple(distinct.values())
+        return tuple(_Context(self, caller, len(runs) > 1) for caller in runs)
+
+    def boundary(self, caller: int | None, name: str) -> int | None:
+        """The caller, where it sets the field for the pods it runs; else None (the workflow's, if any)."""
+        return caller if caller is not None and _has(name, self.templates[caller].get(name)) else None
+
+
+def _called(template: Mapping[str, Any]) -> Iterator[str]:
+    """The names of the templates a steps or DAG template runs: its steps' and tasks' templates, hooks, onExit."""
+    groups = template.get("steps")
+    steps = [step for group in (groups if isinstance(groups, list) else ()) if isinstance(group, list)
+             for step in group]
+    dag = template.get("dag")
+    tasks = dag.get("tasks") if is_mapping(dag) else None
+    for step in (*steps, *(tasks if isinstance(tasks, list) else ())):
+        if not is_mapping(step):
+            continue
+        hooks = step.get("hooks")
+        for name in (step.get("template"), step.get("onExit"),
+                     *(h.get("template") for h in (hooks.values() if is_mapping(hooks) else ()) if is_mapping(h))):
+            if isinstance(name, str):
+                yield name
+
+
+@dataclass(frozen=True)
+class _Context:
+    """One run of an Argo template: its workflow, and the steps or DAG template that runs it, if any."""
+
+    workflow: _Workflow
+    caller: int | None
+    several: bool
+    """The template is run by others of different placements too (its label names this run's caller)."""
+
+    @property
+    def caller_path(self) -> Path | None:
+        return (*self.workflow.path, "templates", self.caller) if self.caller is not None else None
+
+    def placement(self, own: Mapping[str, Any], spec_path: Path, sources: _Sources) -> dict[str, Any]:
+        """The placement fields of the pod that differ from the template's own (see _Workflow), where each is
+        recorded in ``sources``."""
+        workflow, out = self.workflow, {}
+        defaults, at = workflow.defaults, (*workflow.path, "templateDefaults")
+        for name in (*_PLACEMENT, "schedulerName"):
+            mine, theirs = own.get(name), defaults.get(name)
+            if _has(name, theirs):
+                mine = out[name] = _defaulted(name, theirs, mine, (*at, name), (*spec_path, name), sources)
+            if _has(name, mine):
+                continue
+            caller = workflow.boundary(self.caller, name) if name != "schedulerName" else None
+            if caller is not None:
+                out[name] = workflow.templates[caller][name]
+                sources.set(("spec", name), _Origin((*workflow.path, "templates", caller, name), False, _FIXED))
+            elif _has(name, workflow.spec.get(name)):
+                out[name] = workflow.spec[name]
+                reach = _KEYED if name == "schedulerName" else _FIXED  # a template's own schedulerName wins
+                sources.set(("spec", name), _Origin((*workflow.path, name), False, reach))
+        return out
+
+    def metadata(self, mine: Mapping[str, Any], pod: dict[str, Any], sources: _Sources) -> None:
+        """The pod's labels and annotations: spec.podMetadata's, then templateDefaults.metadata's, then the
+        template's own, key by key."""
+        workflow = self.workflow
+        layers = ((workflow.spec.get("podMetadata"), (*workflow.path, "podMetadata")),
+                  (workflow.defaults.get("metadata"), (*workflow.path, "templateDefaults", "metadata")))
+        for key in ("labels", "annotations"):
+            own = mine.get(key)
+            own = own if is_mapping(own) else {}
+            merged: dict[str, Any] = {}
+            for layer, at in layers:
+                entries = layer.get(key) if is_mapping(layer) else None
+                for name, value in entries.items() if is_mapping(entries) else ():
+                    if name not in own:
+                        merged[name] = value
+                        sources.set(("metadata", key, name), _Origin((*at, key, name), False, _KEYED))
+            if merged:
+                pod[key] = {**merged, **own}
+
+
+def _defaulted(name: str, theirs: Any, mine: Any, at: Path, mine_at: Path, sources: _Sources) -> Any:
+    """A template's field merged onto its templateDefaults' (a strategic merge patch of wfv1.Template: a map key
+    by key, tolerations by their key, scalars and lists replaced where the template sets them)."""
+    if name == "schedulerName":
+        if _has(name, mine):
+            return mine
+        sources.set(("spec", name), _Origin(at, False, _KEYED))
+        return theirs
+    if name == "tolerations":
+        merged, origins = _by_key(theirs, mine if isinstance(mine, list) else [], at, mine_at)
+        for i, origin in enumerate(origins):
+            sources.set(("spec", name, i), origin)
+        return merged
+    return _merge(theirs, mine if is_mapping(mine) else {}, ("spec", name), sources, base_at=at)
+
+
+def _by_key(theirs: list[Any], mine: list[Any], at: Path, mine_at: Path) -> tuple[list[Any], list[_Origin]]:
+    """Tolerations merged by key (wfv1.Template.tolerations: patchStrategy merge, patchMergeKey key): the defaults'
+    in order, each merged with the template's of the same key, then the template's other ones."""
+    merged = list(theirs)
+    origins = [_Origin((*at, i), False, _FIXED) for i in range(len(theirs))]
+    first: dict[str, int] = {}
+    for i, item in enumerate(theirs):
+        if is_mapping(item) and isinstance(item.get("key"), str):
+            first.setdefault(item["key"], i)
+    for j, item in enumerate(mine):
+        i = first.get(item.get("key")) if is_mapping(item) and isinstance(item.get("key"), str) else None
+        if i is not None and is_mapping(merged[i]):
+            merged[i] = {**merged[i], **item}
+            origins[i] = _Origin((*mine_at, j), False, _OWN)
+        else:
+            merged.append(item)
+            origins.append(_Origin((*mine_at, j), False, _OWN))
+    return merged, origins
+
+
+def _merge(base: Any, patch: Any, at: Path, sources: _Sources, *, base_at: Path | None = None,
+           patch_at: Path | None = None) -> Any:
+    """A strategic merge patch of a map with no list merge keys (a nodeSelector, an affinity): maps merged key by
+    key, anything else replaced by the patch. The parts the base keeps are recorded as at ``base_at`` (a
+    templateDefaults field), or the parts the patch sets as in the string at ``patch_at`` (a podSpecPatch, where a
+    null removes the key, as in the patch's own JSON)."""
+    if not is_mapping(base) or not is_mapping(patch):
+        if patch_at is not None:
+            sources.set(at, _Origin(patch_at, True, _FIXED))
+        return patch
+    out = dict(base)
+    for key, value in patch.items():
+        if value is None:  # a template's null is no value (Go's omitempty); a patch's removes the key
+            if patch_at is not None:
+                out.pop(key, None)
+            continue
+        out[key] = _merge(base.get(key), value, (*at, key), sources, patch_at=patch_at,
+                          base_at=(*base_at, key) if base_at is not None and key in base else None)
+    if base_at is not None:
+        for key in base:
+            if patch.get(key) is None:
+                sources.set((*at, key), _Origin((*base_at, key), False, _FIXED))
+    return out
+
+
+def _patches(value: Mapping[str, Any], path: Path, steps: _RefSteps,
+             context: _Context | None) -> list[tuple[Any, Path]]:
+    """The podSpecPatch strings applied to the template's pod, in Argo's order: the workflow's, then the
+    template's own (else its templateDefaults', where the template sets none)."""
+    mine = next(walk(value, steps.patch, path), None) if steps.patch is not None else None
+    if context is None:
+        return [mine] if mine is not None else []
+    workflow, found = context.workflow, []
+    if "podSpecPatch" in workflow.spec:
+        found.append((workflow.spec["podSpecPatch"], (*workflow.path, "podSpecPatch")))
+    if mine is None or mine[0] == "":
+        default = workflow.defaults.get("podSpecPatch")
+        mine = (default, (*workflow.path, "templateDefaults", "podSpecPatch")) if default is not None else None
+    return [*found, mine] if mine is not None else found
+
+
+def _read_patch(text: Any) -> Mapping[str, Any] | None:
+    """A podSpecPatch string as data; None for one Argo refuses (or too long to be read)."""
+    if not isinstance(text, str) or len(text) > MAX_PATCH_CHARS:
+        return None
     try:
         parsed = plain_data.documents(text)
         patch = plain_data.unshared(parsed[0], MAX_PATCH_CHARS) if len(parsed) == 1 else None
     except (ValueError, yaml.YAMLError):  # JSONDecodeError and TooLarge are ValueErrors
         # Argo refuses the workflow's pods (its YAML parser refuses invalid text and excessive aliasing alike):
         # the patch asks for nothing the rules can read
-        return {}
-    if not is_mapping(patch):
-        return {}
+        return None
+    return patch if is_mapping(patch) else None
+
+
+def _apply_patch(patch: Mapping[str, Any], where: Path, spec: Mapping[str, Any], lists: dict[str, list[Any]],
+                 moved: dict[tuple[str, int], Path], extra: dict[str, Any], sources: _Sources) -> None:
+    """Merge a podSpecPatch into the template's containers (by name, resources table by table) and into the
+    placement fields of ``spec`` (into ``extra``), as Argo applies it: a strategic merge patch of core/v1 PodSpec
+    (workflow/util/util.go ApplyPodSpecPatch), whose nodeSelector and affinity are merged key by key, whose
+    tolerations (no patchStrategy in k8s.io/api core/v1 types.go PodSpec) are replaced whole, like nodeName and
+    schedulerName."""
     for section in ("containers", "initContainers"):
         items = patch.get(section)
-        by_name = {c.get("name"): i for i, c in enumerate(lists[section]) if is_mapping(c)}
+        by_name = {c["name"]: i for i, c in enumerate(lists[section])
+                   if is_mapping(c) and isinstance(c.get("name"), str)}
         for item in items if isinstance(items, list) else ():
             if not is_mapping(item):
                 continue
-            index = by_name.get(item.get("name"))
+            index = by_name.get(item["name"]) if isinstance(item.get("name"), str) else None
             if index is None:
                 index = len(lists[section])
                 lists[section].append({"name": item.get("name"), "resources": item.get("resources")})
-            else:
+            elif is_mapping(item.get("resources")):
                 lists[section][index] = {**lists[section][index],
                                          "resources": _merge_resources(lists[section][index].get("resources"),
                                                                        item.get("resources"))}
+            else:
+                continue  # the patch leaves this container's resources as they were
             moved[(section, index)] = where
-    extra: dict[str, Any] = {}
-    if is_mapping(patch.get("nodeSelector")):
-        base = spec.get("nodeSelector")
-        extra["nodeSelector"] = {**(base if is_mapping(base) else {}), **patch["nodeSelector"]}
-    if isinstance(patch.get("tolerations"), list):
-        base = spec.get("tolerations")
-        extra["tolerations"] = [*(base if isinstance(base, list) else []), *patch["tolerations"]]
-    for key in ("affinity", "nodeName"):
+    for key in ("nodeSelector", "affinity"):
+        if is_mapping(patch.get(key)) or (key in patch and patch[key] is None):
+            base = spec.get(key)
+            extra[key] = _merge(base if is_mapping(base) else {}, patch[key], ("spec", key), sources, patch_at=where)
+    for key in ("tolerations", "nodeName", "schedulerName"):
         if key in patch:
             extra[key] = patch[key]
-    return extra
+            sources.set(("spec", key), _Origin(where, True, _FIXED))
 
 
 def _merge_resources(base: Any, patch: Any) -> Any:
