@@ -808,7 +808,8 @@ class PodTemplateRef(Model):
     """Containers written outside the pod spec's containers and initContainers lists."""
     pod_spec_patch: RelativePattern | None = None
     """A string field holding a patch of the pod spec as JSON or YAML (Argo's podSpecPatch), merged in: its
-    containers by name, its nodeSelector by key, its tolerations appended."""
+    containers by name, its nodeSelector by key, its tolerations replacing the pod's (core/v1 PodSpec.tolerations
+    has no patch strategy)."""
     gpu_keys: tuple[GpuKey, ...] = ()
     """Custom fields that ask for GPUs."""
     spec_fields: tuple[Annotated[str, StringConstraints(pattern=r"^[a-z][A-Za-z]*$")], ...] | None = None

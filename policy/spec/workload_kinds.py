@@ -107,7 +107,7 @@ DEFAULT_WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
           _ARGO),
     _kind("argoproj.io", "CronWorkflow", "cronworkflows", ("v1alpha1",),
           (PodTemplateRef(path="spec.workflowSpec.templates[*]", containers=_ARGO_TEMPLATE.containers,
-                          pod_spec_patch="podSpecPatch"),),
+                          pod_spec_patch="podSpecPatch", spec_fields=_ARGO_SPEC_FIELDS),),
           "argoproj/argo-workflows pkg/apis/workflow/v1alpha1/cron_workflow_types.go (workflowSpec) @v3.6.2"),
     _kind("serving.knative.dev", "Service", "services", ("v1",), ("spec.template.spec",),
           "knative/serving pkg/apis/serving/v1/service_types.go, configuration_types.go (RevisionTemplateSpec) "

@@ -75,6 +75,13 @@ def test_a_workflow_level_node_selector_pins_a_step_that_unpinned_would_be_denie
     assert checked(workflow(step(), kind=kind, nodeSelector=T4), DEV).allowed
 
 
+@pytest.mark.parametrize("kind", ["Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow"])
+def test_a_templates_own_node_selector_pins_its_pod_in_every_kind(kind: str) -> None:
+    # A CronWorkflow's templates are a Workflow's (spec.workflowSpec): their own nodeSelector is read there too.
+    assert pods(workflow(step(nodeSelector=T4), kind=kind))[0]["nodeSelector"] == T4
+    assert checked(workflow(step(nodeSelector=T4), kind=kind), DEV).allowed
+
+
 def test_the_templates_own_node_selector_wins_over_the_workflows_whole() -> None:
     # the template's key wins over the workflow's value of it
     assert not judge(workflow(step(), nodeSelector=TRAIN), DEV).allowed
