@@ -299,6 +299,9 @@ def _healthy_webhook(cluster: Cluster) -> None:
         for le in ("0.0005", "0.001", "0.0025", "+Inf"):  # the webhook's own histogram: every review in 2 ms
             cluster.set(sig.WEBHOOK_DURATION, {**target, "le": le}, counter(0 if le == "0.0005" else 3))
         cluster.set(sig.WEBHOOK_DROPPED_CONNECTIONS, {**target, "reason": "timeout"}, constant(0))
+        # synced; a webhook run without its cache exports the gauge too, as 0
+        cluster.set(sig.WEBHOOK_NODE_CACHE_SYNCED, target, constant(1 if cluster.resolved.spec.admission.node_cache
+                                                                    else 0))
 
 
 # ----------------------------------------------------------------------------------------- scenarios
@@ -748,6 +751,27 @@ def _disagree(base: Cluster) -> Scenario | None:
         return [{"namespace": namespace}]
 
     return _pair(base, fault, near, 30)
+
+
+@scenario("GPUPolicyWebhookNodeCacheUnsynced")
+def _node_cache_unsynced(base: Cluster) -> Scenario | None:
+    if not rules.Context(base.resolved).node_cache:
+        return None
+    namespace = base.resolved.spec.admission.namespace
+
+    def near(cl: Cluster) -> None:
+        # a pod unsynced at its start and for 15 minutes later on, synced again since; one unsynced for the last 7
+        # minutes only (not yet the alert's 10); another namespace's webhook
+        cl.set(sig.WEBHOOK_NODE_CACHE_SYNCED, {"namespace": namespace, "pod": WEBHOOK_PODS[1]}, "0x2 1x10 0x15 1x172")
+        cl.set(sig.WEBHOOK_NODE_CACHE_SYNCED, {"namespace": namespace, "pod": "gpupolicy-webhook-c"}, "1x32 0x167")
+        cl.set(sig.WEBHOOK_NODE_CACHE_SYNCED, {"namespace": "other-webhook", "pod": "other-webhook-0"}, constant(0))
+
+    def fault(cl: Cluster) -> list[Labels]:  # synced, then unsynced for good after 20 minutes
+        target = {"namespace": namespace, "pod": WEBHOOK_PODS[0]}
+        cl.set(sig.WEBHOOK_NODE_CACHE_SYNCED, target, "1x20 0x179")
+        return [target]
+
+    return _pair(base, fault, near, 40)
 
 
 @scenario("GPUPolicyDeniesSurge")

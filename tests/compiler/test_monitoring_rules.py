@@ -222,6 +222,16 @@ def test_alerts_only_for_what_the_cluster_runs(example_policy: Load) -> None:
     assert "gpupolicy:gpu_memory_used:ratio" not in str(rule)
 
 
+def test_the_node_cache_alert_only_where_the_webhook_runs_its_cache(example_policy: Load) -> None:
+    # A webhook without its cache exports gpupolicy_node_cache_synced as 0 (docs/operations.md): no alert may read it.
+    alert = "GPUPolicyWebhookNodeCacheUnsynced"
+    assert alert in alerts_of(rule_object(example_policy, "tke-l20-t4"))
+    off = ("  admission:\n    enforcement: enforce\n", "  admission:\n    nodeCache: false\n    enforcement: enforce\n")
+    names = set(alerts_of(yaml.safe_load(compile_policy(example_policy("tke-l20-t4", off))[RULE_FILE])))
+    assert alert not in names and "GPUPolicyWebhookUnavailable" in names
+    assert alert not in alerts_of(rule_object(example_policy, "h20-mig"))  # ValidatingAdmissionPolicies alone
+
+
 def test_monitoring_is_off_unless_the_spec_turns_it_on(example_policy: Load) -> None:
     tree = compile_policy(example_policy("tke-l20-t4", ("  monitoring:\n    enabled: true\n", "")))
     assert not any(p.startswith("monitoring/") for p in tree)

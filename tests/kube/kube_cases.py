@@ -6,21 +6,32 @@ case describes what the webhook is asked, not a whole object: a Deployment may c
 container without an image.  `complete` adds what the API server's validation demands (selectors matching the
 template's labels, images, a Job's restartPolicy) and nothing the admission rules read, so both sides judge one
 object.  Every case gets a name of its own (original name + case index) so the cases never meet in the store.
+
+Also the webhook those requests may be sent through: a `gpupolicy webhook serve` process on loopback and the
+example's compiled ValidatingWebhookConfiguration pointed at it (test_kube_webhook.py, test_kube_node_cache.py).
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import copy
 import functools
+import os
 import re
-from collections.abc import Iterable
+import signal
+import ssl
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polling
 import yaml
-from kube_api import Answer, KubeAPI
+from kube_api import LOOPBACK, Answer, KubeAPI, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "clusters"
@@ -28,6 +39,7 @@ EXAMPLES = ROOT / "examples" / "clusters"
 #: after it is stored, and later on a loaded machine
 poll = functools.partial(polling.poll, timeout=60.0)
 CLUSTERS = sorted(p.parent.name for p in EXAMPLES.glob("*/admission-tests.yaml"))
+GPUPOLICY = str(Path(sys.executable).parent / "gpupolicy")
 Obj = dict[str, Any]
 
 #: kind -> (API path prefix, resource): every kind the suites use.
@@ -231,3 +243,80 @@ def send(api: KubeAPI, case: Case) -> Answer:
 
 def documents(paths: Iterable[Path]) -> list[Obj]:
     return [d for path in paths for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+
+
+# --- the webhook process, registered with the API server ---------------------------------------------------
+
+
+@dataclass
+class Webhook:
+    process: subprocess.Popen[bytes]
+    port: int
+    log: Path
+    context: ssl.SSLContext  # trusts the API server's CA, which signed the webhook's certificate
+
+    @property
+    def url(self) -> str:
+        return f"https://{LOOPBACK}:{self.port}"
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.url}/metrics", context=self.context, timeout=5) as reply:
+            return str(reply.read().decode())
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def webhook_serving(api: KubeAPI, cluster: str, directory: Path, *flags: str) -> Iterator[Webhook]:
+    """`gpupolicy webhook serve` of the example's spec (and flags), on loopback, with a certificate of the API
+    server's CA: yielded once ready, stopped on leaving."""
+    issued = api.ca.issue(f"webhook-{cluster}")
+    port, log = free_port(), directory / f"webhook-{cluster}.log"
+    environment = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    # a short drain: nothing is in flight when a test stops it (as tests/webhook/test_https.py starts it)
+    environment.update({"GPUPOLICY_DRAIN_SECONDS": "0.2", "GPUPOLICY_GRACEFUL_TIMEOUT_SECONDS": "5"})
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [GPUPOLICY, "webhook", "serve", "--spec", str(EXAMPLES / cluster / "cluster.yaml"),
+             "--cert", str(issued.cert), "--key", str(issued.key), "--bind", LOOPBACK, "--port", str(port),
+             "--workers", "1", *flags], stdout=sink, stderr=subprocess.STDOUT, env=environment)
+    webhook = Webhook(process, port, log, ssl.create_default_context(cafile=str(api.ca_path)))
+    try:
+        def ready() -> bool | None:
+            if process.poll() is not None:
+                raise AssertionError(f"the webhook exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{webhook.url}/readyz", context=webhook.context, timeout=5) as reply:
+                    return True if reply.status == 200 else None
+            except OSError:
+                return None
+
+        poll(ready, what="the webhook to become ready")
+        yield webhook
+    finally:
+        webhook.stop()
+
+
+def configuration(cluster: str, url: str, ca: bytes, **overrides: Any) -> Obj:
+    """The example's compiled ValidatingWebhookConfiguration, its webhooks pointed at url (the path kept) with ca
+    as caBundle instead of the in-cluster Service, and overrides set on each."""
+    path = EXAMPLES / cluster / "out" / "admission" / "validatingwebhookconfiguration-gpupolicy.yaml"
+    config: Obj = yaml.safe_load(path.read_text(encoding="utf-8"))
+    config["metadata"]["annotations"].pop("cert-manager.io/inject-ca-from")  # no cert-manager here: caBundle
+    for webhook in config["webhooks"]:
+        service = webhook["clientConfig"]["service"]
+        webhook["clientConfig"] = {"url": f"{url}{service['path']}", "caBundle": base64.b64encode(ca).decode()}
+        webhook.update(overrides)
+    return config
+
+
+def register(api: KubeAPI, config: Obj) -> None:
+    api.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=gpupolicy-test", "-f", "-",
+                input=yaml.safe_dump(config))

@@ -8,26 +8,17 @@ would be in the way of the session server's other tests."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
-import os
 import re
-import signal
-import ssl
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from kube_api import LOOPBACK, KubeAPI, free_port, running_api_server
-from kube_cases import ensure_namespace
+from kube_api import KubeAPI, free_port, running_api_server
+from kube_cases import EXAMPLES, Webhook, configuration, ensure_namespace, register, webhook_serving
 from kube_nodes import Nodes
 from kubernetes.client import CoreV1Api
 from kubernetes.client.exceptions import ApiException
@@ -41,10 +32,8 @@ from policy.resolved.resolve import resolve
 
 pytestmark = [pytest.mark.kube_api, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-FLEET = ROOT / "examples" / "clusters" / "mixed-fleet"
+FLEET = EXAMPLES / "mixed-fleet"
 ADMISSION = FLEET / "out" / "admission"
-GPUPOLICY = str(Path(sys.executable).parent / "gpupolicy")
 IDENTITY = "gpupolicy-webhook"
 Obj = dict[str, Any]
 
@@ -234,70 +223,14 @@ def test_the_webhook_identity_may_read_nodes_and_nothing_else(api: KubeAPI, node
 # --- the webhook behind the API server ------------------------------------------------------------------------------
 
 
-@dataclass
-class Webhook:
-    process: subprocess.Popen[bytes]
-    port: int
-    log: Path
-    context: ssl.SSLContext
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"https://{LOOPBACK}:{self.port}/metrics", context=self.context,
-                                    timeout=5) as reply:
-            return str(reply.read().decode())
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
-
-
 @contextlib.contextmanager
-def webhook_serving(api: KubeAPI, directory: Path, *flags: str) -> Iterator[Webhook]:
+def registered_webhook(api: KubeAPI, directory: Path, *flags: str) -> Iterator[Webhook]:
     """`gpupolicy webhook serve` of mixed-fleet on loopback, registered with the compiled configuration."""
-    issued = api.ca.issue("webhook-node-cache")
-    port, log = free_port(), directory / "webhook.log"
-    environment = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-    environment.update({"GPUPOLICY_DRAIN_SECONDS": "0.2", "GPUPOLICY_GRACEFUL_TIMEOUT_SECONDS": "5"})
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [GPUPOLICY, "webhook", "serve", "--spec", str(FLEET / "cluster.yaml"), "--cert", str(issued.cert),
-             "--key", str(issued.key), "--bind", LOOPBACK, "--port", str(port), "--workers", "1", *flags],
-            stdout=sink, stderr=subprocess.STDOUT, env=environment)
-    webhook = Webhook(process, port, log, ssl.create_default_context(cafile=str(api.ca_path)))
-    try:
-        def ready() -> bool | None:
-            if process.poll() is not None:
-                raise AssertionError(f"the webhook exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"https://{LOOPBACK}:{port}/readyz", context=webhook.context,
-                                            timeout=5) as reply:
-                    return True if reply.status == 200 else None
-            except OSError:
-                return None
-
-        poll(ready, timeout=60, what="the webhook to become ready")
-        config = compiled_configuration(f"https://{LOOPBACK}:{port}", api.ca.pem)
-        api.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=gpupolicy-test", "-f", "-",
-                    input=yaml.safe_dump(config))
+    with webhook_serving(api, FLEET.name, directory, *flags) as webhook:
+        register(api, configuration(FLEET.name, webhook.url, api.ca.pem))
         poll(lambda: "denied the request" in create(api, pod("probe", "gpu-node-x", gpus=1000), dry=True).message
              or None, what="the webhook configuration to take effect")
         yield webhook
-    finally:
-        webhook.stop()
-
-
-def compiled_configuration(url: str, ca: bytes) -> Obj:
-    config: Obj = yaml.safe_load((ADMISSION / "validatingwebhookconfiguration-gpupolicy.yaml").read_text())
-    config["metadata"]["annotations"].pop("cert-manager.io/inject-ca-from")
-    for entry in config["webhooks"]:
-        path = entry["clientConfig"]["service"]["path"]
-        entry["clientConfig"] = {"url": f"{url}{path}", "caBundle": base64.b64encode(ca).decode()}
-    return config
 
 
 SANDBOX = "sandbox"  # gpu-tier=sandbox: tenant dev, time-slicing on t4-dev only
@@ -333,8 +266,8 @@ def fleet(api: KubeAPI, tmp_path_factory: pytest.TempPathFactory) -> Iterator[We
     # In effect once an unpinned pod on a class dev may not use is denied by the policies themselves.
     poll(lambda: "ValidatingAdmissionPolicy" in create(api, unpinned("vap-probe", "h100-train"), dry=True).message
          or None, timeout=60, what="the compiled policies to take effect")
-    with webhook_serving(api, tmp_path_factory.mktemp("webhook-node-cache"), "--node-cache",
-                         "--kubeconfig", str(api.kubeconfig_of(IDENTITY))) as webhook:
+    with registered_webhook(api, tmp_path_factory.mktemp("webhook-node-cache"), "--node-cache",
+                            "--kubeconfig", str(api.kubeconfig_of(IDENTITY))) as webhook:
         yield webhook
     Nodes(api).clear()
 
@@ -378,7 +311,7 @@ def test_without_the_cache_a_pinned_pod_is_judged_on_every_class_it_may_reach(
     Nodes(api).add(node("t4-dev-9", **{"node-pool": "t4-dev"}))
     assert create(api, pod("cached", "t4-dev-9"), dry=True).status == 201
     fleet.stop()  # the module's webhook gives way to one without a cache, on another port
-    with webhook_serving(api, tmp_path):
+    with registered_webhook(api, tmp_path):
         denied = create(api, pod("uncached", "t4-dev-9"), dry=True)
         assert denied.status == 403, denied.body
         assert "may be of class" in denied.message, denied.message

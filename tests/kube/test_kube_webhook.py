@@ -10,20 +10,14 @@ timeoutSeconds are the compiled ones, and are what the API server applies before
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import copy
 import dataclasses
 import json
-import os
-import signal
 import socket
-import ssl
 import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,78 +26,29 @@ from typing import Any
 import pytest
 import yaml
 from kube_api import LOOPBACK, Answer, Environments, KubeAPI, free_port, running_api_server
-from kube_cases import EXAMPLES, Case, Obj, cases, poll, prepare, send
+from kube_cases import (
+    EXAMPLES,
+    GPUPOLICY,
+    Case,
+    Obj,
+    Webhook,
+    cases,
+    configuration,
+    poll,
+    prepare,
+    register,
+    send,
+    webhook_serving,
+)
 
 pytestmark = [pytest.mark.kube_api, pytest.mark.slow]
 
-GPUPOLICY = str(Path(sys.executable).parent / "gpupolicy")
 #: examples whose tree runs the webhook and that carry an admission test suite to send through it
 WEBHOOK_CLUSTERS = sorted(p.parents[2].name
                           for p in EXAMPLES.glob("*/out/admission/validatingwebhookconfiguration-*.yaml")
                           if (p.parents[2] / "admission-tests.yaml").is_file())
 #: status.details.causes entries that carry a finding's fix, not a finding (webhook/review.py FIX_CAUSE)
 FIX_CAUSE = "gpupolicy.dev/fix"
-
-
-@dataclass
-class Webhook:
-    process: subprocess.Popen[bytes]
-    port: int
-    log: Path
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=30)
-
-
-def start_webhook(api: KubeAPI, cluster: str, directory: Path) -> Webhook:
-    """`gpupolicy webhook serve` of the example's spec, on loopback, with a certificate of the API server's CA."""
-    issued = api.ca.issue(f"webhook-{cluster}")
-    port, log = free_port(), directory / f"webhook-{cluster}.log"
-    environment = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
-    # a short drain: nothing is in flight when a test stops it (as tests/webhook/test_https.py starts it)
-    environment.update({"GPUPOLICY_DRAIN_SECONDS": "0.2", "GPUPOLICY_GRACEFUL_TIMEOUT_SECONDS": "5"})
-    with log.open("wb") as sink:
-        process = subprocess.Popen(
-            [GPUPOLICY, "webhook", "serve", "--spec", str(EXAMPLES / cluster / "cluster.yaml"),
-             "--cert", str(issued.cert), "--key", str(issued.key), "--bind", LOOPBACK, "--port", str(port),
-             "--workers", "1"], stdout=sink, stderr=subprocess.STDOUT, env=environment)
-    webhook = Webhook(process, port, log)
-    context = ssl.create_default_context(cafile=str(api.ca_path))
-
-    def ready() -> bool | None:
-        if process.poll() is not None:
-            raise AssertionError(f"the webhook exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"https://{LOOPBACK}:{port}/readyz", context=context, timeout=5) as reply:
-                return True if reply.status == 200 else None
-        except OSError:
-            return None
-
-    poll(ready, timeout=60, what="the webhook to become ready")
-    return webhook
-
-
-def configuration(cluster: str, url: str, ca: bytes, **overrides: Any) -> Obj:
-    """The compiled ValidatingWebhookConfiguration, its webhooks pointed at url (the path kept) with ca."""
-    path = EXAMPLES / cluster / "out" / "admission" / "validatingwebhookconfiguration-gpupolicy.yaml"
-    config: Obj = yaml.safe_load(path.read_text(encoding="utf-8"))
-    config["metadata"]["annotations"].pop("cert-manager.io/inject-ca-from")  # no cert-manager here: caBundle
-    for webhook in config["webhooks"]:
-        service = webhook["clientConfig"]["service"]
-        webhook["clientConfig"] = {"url": f"{url}{service['path']}", "caBundle": base64.b64encode(ca).decode()}
-        webhook.update(overrides)
-    return config
-
-
-def register(api: KubeAPI, config: Obj) -> None:
-    api.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=gpupolicy-test", "-f", "-",
-                input=yaml.safe_dump(config))
 
 
 @dataclass
@@ -137,14 +82,11 @@ def fleet_of(cluster: str, directory: Path) -> Iterator[Fleet]:
         prepare(api, cluster, cases(cluster))
         api.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                     "metadata": {"name": "gpupolicy-probe"}})
-        webhook = start_webhook(api, cluster, directory)
-        try:
-            register(api, configuration(cluster, f"https://{LOOPBACK}:{webhook.port}", api.ca.pem))
+        with webhook_serving(api, cluster, directory) as webhook:
+            register(api, configuration(cluster, webhook.url, api.ca.pem))
             poll(lambda: "denied the request" in send(api, gpu_pod("gpupolicy-probe", "probe")).message or None,
                  what="the webhook configuration to take effect")
             yield Fleet(cluster, api, webhook, directory)
-        finally:
-            webhook.stop()
 
 
 @pytest.fixture(scope="module")
@@ -281,7 +223,7 @@ def test_an_unreachable_webhook_fails_closed_or_open_as_the_failure_policy_says(
             poll(lambda: send(api, gpu_pod("gpupolicy-probe", "open")).status == 201 or None,
                  what="failurePolicy Ignore to admit")
     finally:
-        register(api, configuration(fleet.cluster, f"https://{LOOPBACK}:{fleet.webhook.port}", api.ca.pem))
+        register(api, configuration(fleet.cluster, fleet.webhook.url, api.ca.pem))
         poll(lambda: "denied the request" in send(api, gpu_pod("gpupolicy-probe", "back")).message or None,
              what="the webhook to be back in the configuration")
 
@@ -308,7 +250,7 @@ def test_a_hanging_webhook_is_given_up_after_the_compiled_timeout_and_never_aske
         assert plain.status == 201, plain.body
         assert time.monotonic() - started < timeout / 2, "the API server waited for a webhook it must not call"
     finally:
-        register(api, configuration(fleet.cluster, f"https://{LOOPBACK}:{fleet.webhook.port}", api.ca.pem))
+        register(api, configuration(fleet.cluster, fleet.webhook.url, api.ca.pem))
         poll(lambda: "denied the request" in send(api, gpu_pod("gpupolicy-probe", "back")).message or None,
              what="the webhook to be back in the configuration")
         silent.close()

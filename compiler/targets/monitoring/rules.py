@@ -134,6 +134,11 @@ class Context:
         return self.resolved.spec.runs_webhook
 
     @property
+    def node_cache(self) -> bool:
+        """The webhook runs with its node cache (admission.nodeCache), so it exports the cache's state."""
+        return self.admission and self.resolved.spec.admission.node_cache
+
+    @property
     def webhook_namespace(self) -> str:
         return self.resolved.spec.admission.namespace
 
@@ -506,6 +511,16 @@ def _replicas_disagree(ctx: Context) -> Expr | None:
     return cmp(digests, ">", number(1))
 
 
+def _node_cache_unsynced(ctx: Context) -> Expr | None:
+    # Only where the compiled webhook runs its cache: a webhook without one exports the gauge too, as 0. The cache
+    # retries a failed list or watch after at most 30 s (cluster/nodes.py), so a start or a blip syncs well within
+    # the alert's 10 minutes.
+    if not ctx.node_cache:
+        return None
+    synced = sel(sig.WEBHOOK_NODE_CACHE_SYNCED, eq("namespace", ctx.webhook_namespace))
+    return cmp(aggregate("min", synced, ("namespace", "pod")), "==", number(0))
+
+
 def watched_policies(resolved: ResolvedPolicy) -> tuple[str, ...]:
     """The compiled ValidatingAdmissionPolicies whose evaluation errors GPUPolicyAdmissionPolicyErrors reports:
     the rules', the DRA claims' and the tenancy guard's from 1.31 (error_type tells an error from a verdict; a DRA
@@ -799,6 +814,14 @@ ALERTS: tuple[AlertSpec, ...] = (
         "Webhook replicas in {{ $labels.namespace }} have served {{ $value }} different policies for 15 "
         "minutes: a rollout of the webhook or of its policy ConfigMap is stuck.",
         _replicas_disagree),
+    AlertSpec(
+        "GPUPolicyWebhookNodeCacheUnsynced", _WEBHOOK, "warning", "10m",
+        "The gpupolicy webhook {{ $labels.pod }} has no synced node cache",
+        "The node cache of {{ $labels.pod }} has not been synced for 10 minutes: it cannot list or watch Nodes "
+        "(RBAC, the API server out of reach, egress). Until it syncs, a pod naming its node (spec.nodeName) is "
+        "judged on every class it may reach instead of its node's, and may be denied for what another class "
+        "forbids.",
+        _node_cache_unsynced),
     AlertSpec(
         "GPUPolicyDeniesSurge", _WEBHOOK, "info", None,
         "Many GPU workloads denied by rule {{ $labels.rule }}",

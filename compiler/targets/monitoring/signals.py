@@ -77,6 +77,8 @@ WEBHOOK_POLICY_INFO = "gpupolicy_policy_info"
 WEBHOOK_POLICY_RELOAD_FAILURES = "gpupolicy_policy_reload_failures_total"
 WEBHOOK_INTERNAL_ERRORS = "gpupolicy_webhook_internal_errors_total"
 WEBHOOK_DROPPED_CONNECTIONS = "gpupolicy_webhook_dropped_connections_total"
+#: 1 while a pod's node cache is synced, the lowest across its workers; 0 too in a webhook run without its cache.
+WEBHOOK_NODE_CACHE_SYNCED = "gpupolicy_node_cache_synced"
 
 # the node-label reconciler's metrics (cluster/reconciler.py, the same reason for repeating them)
 RECONCILER_CONFLICTS = "gpupolicy_node_label_conflicts"
