@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
-from typing import Any
+from typing import Any, cast
 
 __all__ = ["EstimateError", "Shape", "estimate", "list_of", "map_of", "record", "shape_of", "text"]
 
@@ -349,25 +349,29 @@ def _json_literal(source: str) -> Estimate | None:
 
 
 def _value_estimate(value: Any) -> Estimate | None:
-    """`_estimate` of the literal node of ``value`` (cost: one creation per list and map; leaves are constants)."""
-    if isinstance(value, list):
-        parts = [_value_estimate(v) for v in value]
-        if None in parts:
+    """`_estimate` of the literal node of ``value`` (leaves are constants; lists and maps as `_created`)."""
+    if isinstance(value, list | dict):
+        parts = [_value_estimate(v) for v in (value.values() if isinstance(value, dict) else value)]
+        if any(p is None for p in parts):
             return None
-        items = [p.shape for p in parts if p is not None]
-        return Estimate(sum(p.cost for p in parts if p is not None) + LIST_COST,
-                        Shape("list", len(items), _union_all(items) if items else None))
-    if isinstance(value, dict):
-        parts = [_value_estimate(v) for v in value.values()]
-        if None in parts:
-            return None
-        values, keys = [p.shape for p in parts if p is not None], [shape_of(k) for k in value]
-        return Estimate(sum(p.cost for p in parts if p is not None) + MAP_COST,
-                        Shape("map", len(keys), _union_all(values) if values else None,
-                              _union_all(keys) if keys else None))
+        found = cast(list[Estimate], parts)
+        if isinstance(value, list):
+            return _created("list", found)
+        return _created("map", [e for k, v in zip(value, found, strict=True) for e in (Estimate(0, shape_of(k)), v)])
     if value is None or isinstance(value, str | bool) or (type(value) is int and value >= 0):
         return Estimate(0, shape_of(value))
     return None
+
+
+def _created(kind: str, parts: list[Estimate]) -> Estimate:
+    """A list literal of ``parts``, or a map literal of ``parts`` as key, value, key, value...: their costs and one
+    creation (common.ListCreateBaseCost, MapCreateBaseCost), the union of their shapes."""
+    cost = sum(p.cost for p in parts) + (LIST_COST if kind == "list" else MAP_COST)
+    if kind == "list":
+        return Estimate(cost, Shape("list", len(parts), _union_all([p.shape for p in parts]) if parts else None))
+    keys, values = parts[::2], parts[1::2]
+    return Estimate(cost, Shape("map", len(keys), _union_all([v.shape for v in values]) if values else None,
+                                _union_all([k.shape for k in keys]) if keys else None))
 
 
 def _ceil(value: Fraction) -> int:
@@ -406,14 +410,7 @@ def _estimate(node: Node, scope: dict[str, Shape]) -> Estimate:
         known = _literal(node)
         if known is not None:
             return known
-        parts = [_estimate(a, scope) for a in node.args]
-        cost = sum(p.cost for p in parts) + (LIST_COST if node.kind == "list" else MAP_COST)
-        if node.kind == "list":
-            found = Estimate(cost, Shape("list", len(parts), _union_all([p.shape for p in parts]) if parts else None))
-        else:
-            keys, values = parts[::2], parts[1::2]
-            found = Estimate(cost, Shape("map", len(keys), _union_all([v.shape for v in values]) if values else None,
-                                         _union_all([k.shape for k in keys]) if keys else None))
+        found = _created(node.kind, [_estimate(a, scope) for a in node.args])
         if all(a.kind == "const" or _literal(a) is not None for a in node.args):
             if len(_LITERALS) >= _LITERALS_MAX:
                 _LITERALS.clear()

@@ -324,6 +324,7 @@ def _pins(state: Assessment, finding: Diagnostic) -> Iterator[Fix]:
     facts = state.facts
     resources = facts.request.resources
     refused = _refused_anywhere(facts)
+    stays_refused = any(map(refused, facts.candidates))  # tolerations only add candidates: such a one stays
     count = 0
     for view in _preferred(state, finding):
         if count >= _PINS:
@@ -334,7 +335,7 @@ def _pins(state: Assessment, finding: Diagnostic) -> Iterator[Fix]:
             continue
         edits = _pin_edits(state, view)
         conflict = facts.conflict_of(view)
-        if conflict is not None and conflict.taint is not None and not any(map(refused, facts.candidates)):
+        if conflict is not None and conflict.taint is not None and not stays_refused:
             # Only its taints keep the pod off the class: tolerating them may be all it takes.
             yield Fix((Pin(view.name, tuple(e for e in edits if isinstance(e, AddToleration))),))
         if edits:
