@@ -11,9 +11,10 @@ Used by `compile` (pictures/<class>.svg in the tree, linked from REPORT.md) and 
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from xml.sax.saxutils import escape
 
 from policy.hardware import dra, mig
 from policy.hardware.catalog import MigGeometry
@@ -56,11 +57,16 @@ def _fit(content: str, size: float, room: float, *, bold: bool = False) -> str:
 
 
 class _Canvas:
+    """An SVG document written line by line, as ElementTree would write the same elements after ``ET.indent``:
+    attributes in the order given, text and attribute values escaped as it escapes them, an element with no
+    text or children closed as ``<tag ... />``. ElementTree built the tree and then serialized it, a seventh of
+    a 1,000-class compile's render (docs/performance.md); tests/compiler/test_pictures.py checks the bytes
+    against ElementTree's on generated drawings."""
+
     def __init__(self, height: float, title: str) -> None:
-        self.root = ET.Element("svg", {"xmlns": SVG_NS, "version": "1.1", "width": _num(WIDTH),
-                                       "height": _num(height), "viewBox": f"0 0 {_num(WIDTH)} {_num(height)}",
-                                       "font-family": FONT})
-        ET.SubElement(self.root, "title").text = title
+        self._lines = [_open("svg", {"xmlns": SVG_NS, "version": "1.1", "width": _num(WIDTH),
+                                     "height": _num(height), "viewBox": f"0 0 {_num(WIDTH)} {_num(height)}",
+                                     "font-family": FONT}), _leaf("  ", "title", {}, title)]
         self.rect(0, 0, WIDTH, height, "#ffffff")
         self.text(16, 26, _fit(title, 15, WIDTH - 32, bold=True), size=15, weight="bold")
 
@@ -71,9 +77,10 @@ class _Canvas:
             attrs.update({"stroke": stroke, "stroke-width": "1"})
         if dashed:
             attrs["stroke-dasharray"] = "4 3"
-        element = ET.SubElement(self.root, "rect", attrs)
         if tip:
-            ET.SubElement(element, "title").text = tip
+            self._lines += ["  " + _open("rect", attrs), _leaf("    ", "title", {}, tip), "  </rect>"]
+        else:
+            self._lines.append(_leaf("  ", "rect", attrs, ""))
 
     def text(self, x: float, y: float, content: str, *, size: float = 12, anchor: str = "start",
              weight: str = "normal", fill: str = INK) -> None:
@@ -82,16 +89,36 @@ class _Canvas:
             attrs["text-anchor"] = anchor
         if weight != "normal":
             attrs["font-weight"] = weight
-        ET.SubElement(self.root, "text", attrs).text = content
+        self._lines.append(_leaf("  ", "text", attrs, content))
 
     def line(self, x1: float, y1: float, x2: float, y2: float, *, stroke: str = MUTED) -> None:
-        ET.SubElement(self.root, "line", {"x1": _num(x1), "y1": _num(y1), "x2": _num(x2), "y2": _num(y2),
-                                          "stroke": stroke, "stroke-width": "1"})
+        self._lines.append(_leaf("  ", "line", {"x1": _num(x1), "y1": _num(y1), "x2": _num(x2), "y2": _num(y2),
+                                                "stroke": stroke, "stroke-width": "1"}, ""))
 
     def bytes(self) -> bytes:
-        ET.indent(self.root, space="  ")
-        body = ET.tostring(self.root, encoding="unicode", short_empty_elements=True)
-        return ('<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n").encode("utf-8")
+        return "\n".join(['<?xml version="1.0" encoding="UTF-8"?>', *self._lines, "</svg>", ""]).encode("utf-8")
+
+
+_ATTRIBUTE_ENTITIES = {'"': "&quot;", "\r": "&#13;", "\n": "&#10;", "\t": "&#09;"}
+
+
+def _open(tag: str, attrs: dict[str, str]) -> str:
+    return f"<{tag}{_attributes(attrs)}>"
+
+
+def _leaf(indent: str, tag: str, attrs: dict[str, str], text: str) -> str:
+    if not text:
+        return f"{indent}<{tag}{_attributes(attrs)} />"
+    return f"{indent}<{tag}{_attributes(attrs)}>{escape(text)}</{tag}>"
+
+
+def _attributes(attrs: dict[str, str]) -> str:
+    return "".join([_attribute(key, value) for key, value in attrs.items()])
+
+
+@functools.lru_cache(maxsize=8192)  # coordinates, sizes and colours repeat across a fleet's pictures
+def _attribute(key: str, value: str) -> str:
+    return f' {key}="{escape(value, _ATTRIBUTE_ENTITIES)}"'
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compiler import pictures, planning
 from policy.load import load_policy
@@ -172,3 +174,78 @@ def test_capacity_pictures_have_no_label_across_a_box(spec: Path) -> None:
         data = pictures.class_picture(rc)
         assert layout_problems(data) == [], rc.name
         assert (_dashed(data) > 0) == any("(dashed boxes)" in t for t in _texts(data)), rc.name
+
+
+# ---------------------------------------------------------------- the writer against ElementTree's bytes
+
+
+class _ElementTreeCanvas:
+    """The canvas as it was built before: an ElementTree, indented and serialized by the standard library."""
+
+    def __init__(self, height: float, title: str) -> None:
+        self.root = ET.Element("svg", {"xmlns": pictures.SVG_NS, "version": "1.1", "width": "760",
+                                       "height": pictures._num(height),
+                                       "viewBox": f"0 0 760 {pictures._num(height)}", "font-family": pictures.FONT})
+        ET.SubElement(self.root, "title").text = title
+
+    def rect(self, attrs: dict[str, str], tip: str | None) -> None:
+        element = ET.SubElement(self.root, "rect", attrs)
+        if tip:
+            ET.SubElement(element, "title").text = tip
+
+    def leaf(self, tag: str, attrs: dict[str, str], text: str) -> None:
+        ET.SubElement(self.root, tag, attrs).text = text
+
+    def bytes(self) -> bytes:
+        ET.indent(self.root, space="  ")
+        return ('<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(self.root, encoding="unicode")
+                + "\n").encode("utf-8")
+
+
+_TEXT = st.text(st.sampled_from(list("ab <>&\"'\t\r\n\u00e9\u2028\U0001f600 ")), max_size=12)
+_NUMBER = st.floats(-2000, 2000, allow_nan=False)
+_DRAWING = st.lists(st.one_of(
+    st.tuples(st.just("rect"), _NUMBER, _NUMBER, _NUMBER, _NUMBER, _TEXT, st.one_of(st.none(), _TEXT),
+              st.booleans(), st.one_of(st.none(), _TEXT)),
+    st.tuples(st.just("text"), _NUMBER, _NUMBER, _TEXT, st.sampled_from(["start", "middle", "end"]),
+              st.sampled_from(["normal", "bold"]), _TEXT),
+    st.tuples(st.just("line"), _NUMBER, _NUMBER, _NUMBER, _NUMBER, _TEXT),
+), max_size=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(title=_TEXT, height=_NUMBER, drawing=_DRAWING)
+def test_the_svg_writer_writes_elementtree_s_bytes(title: str, height: float, drawing: list[tuple]) -> None:
+    canvas = pictures._Canvas(height, title)
+    reference = _ElementTreeCanvas(height, title)
+    reference.rect({"x": "0", "y": "0", "width": "760", "height": pictures._num(max(height, 0)),
+                    "fill": "#ffffff"}, None)
+    fitted = pictures._fit(title, 15, 760 - 32, bold=True)
+    reference.leaf("text", {"x": "16", "y": "26", "font-size": "15", "fill": pictures.INK, "font-weight": "bold"},
+                   fitted)
+    num = pictures._num
+    for kind, *args in drawing:
+        if kind == "rect":
+            x, y, w, h, fill, stroke, dashed, tip = args
+            canvas.rect(x, y, w, h, fill, stroke=stroke, dashed=dashed, tip=tip)
+            attrs = {"x": num(x), "y": num(y), "width": num(max(w, 0)), "height": num(max(h, 0)), "fill": fill}
+            if stroke:
+                attrs.update({"stroke": stroke, "stroke-width": "1"})
+            if dashed:
+                attrs["stroke-dasharray"] = "4 3"
+            reference.rect(attrs, tip)
+        elif kind == "text":
+            x, y, content, anchor, weight, fill = args
+            canvas.text(x, y, content, anchor=anchor, weight=weight, fill=fill)
+            attrs = {"x": num(x), "y": num(y), "font-size": "12", "fill": fill}
+            if anchor != "start":
+                attrs["text-anchor"] = anchor
+            if weight != "normal":
+                attrs["font-weight"] = weight
+            reference.leaf("text", attrs, content)
+        else:
+            x1, y1, x2, y2, stroke = args
+            canvas.line(x1, y1, x2, y2, stroke=stroke)
+            reference.leaf("line", {"x1": num(x1), "y1": num(y1), "x2": num(x2), "y2": num(y2), "stroke": stroke,
+                                    "stroke-width": "1"}, "")
+    assert canvas.bytes() == reference.bytes()
