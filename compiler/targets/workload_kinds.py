@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from policy.admission.templates import parse
+from policy.admission.fractions import ASKING
+from policy.admission.templates import parse, workflow_at
 from policy.spec import workload_kinds
 from policy.spec.model import ClusterGPUPolicy, PodTemplateRef, WorkloadKind
 
@@ -53,11 +54,13 @@ def select(var: str, name: str) -> tuple[str, str]:
 
 def asks_for_gpu(var: str, kinds: Sequence[WorkloadKind]) -> str:
     """CEL, true when ``var`` (object or oldObject) is of a table kind and one of its templates asks for an
-    nvidia.com/ resource, sets a custom GPU key, or carries KAI Scheduler's fractional-GPU annotations in its
-    metadata; each kind's templates are read only for that kind."""
+    nvidia.com/ resource, sets a custom GPU key, carries KAI Scheduler's fractional-GPU annotations in its
+    metadata or a pod spec patch, or, for an Argo kind, its WorkflowSpec gives every template's pod such
+    annotations or a patch; each kind's templates are read only for that kind."""
     parts = []
     for kind in kinds:
-        templates = " || ".join(f"{_template(var, ref)}{_kai(var, ref)}" for ref in kind.templates)
+        templates = " || ".join(f"{_template(var, ref)}{_kai(var, ref)}{_workflow(var, kind, ref)}"
+                                for ref in kind.templates)
         parts.append(f"(request.kind.group == '{kind.group}' && request.kind.kind == '{kind.kind}' && ({templates}))")
     return " || ".join(parts) if parts else "false"
 
@@ -101,9 +104,31 @@ def _template(var: str, ref: PodTemplateRef) -> str:
     leaves += [_walk("@", parse(c.path), _resources(c.resources), names) for c in ref.containers]
     leaves += [_walk("@", parse(k.path), "true", names) for k in ref.gpu_keys]
     if ref.pod_spec_patch:
-        leaves.append(_walk("@", parse(ref.pod_spec_patch), "string(@).contains('nvidia.com/')", names))
+        leaves.append(_walk("@", parse(ref.pod_spec_patch), _PATCH, names))
     body = " || ".join(f"({leaf})" for leaf in leaves)
     return f"({_walk(var, parse(ref.path), f'({body})', names)})"
+
+
+#: A pod spec patch is sent whatever its text: the engine parses it as YAML, where ``nvidia\u002ecom/gpu`` (or
+#: any other escape) is nvidia.com/gpu, so no substring test of the text can tell that it asks for none.
+_PATCH = "type(@) == string && size(@) > 0"
+#: KAI Scheduler's annotations (policy/admission/fractions.py) in an annotations map at ``@``.
+_KAI = "type(@) == map && (" + " || ".join(f"'{key}' in @" for key in ASKING) + ")"
+
+
+def _workflow(var: str, kind: WorkloadKind, ref: PodTemplateRef) -> str:
+    """`` || CEL`` true when an Argo kind's WorkflowSpec gives the templates' pods a podSpecPatch or KAI
+    annotations (spec.podSpecPatch, templateDefaults.podSpecPatch, podMetadata and templateDefaults.metadata:
+    what the engine applies to each template's pod, policy/admission/templates.py _Workflow); "" for other
+    kinds."""
+    at = workflow_at(kind, ref)
+    if at is None:
+        return ""
+    names = _Names()
+    leaves = [_walk("@", steps, leaf, names) for steps, leaf in (
+        (("podSpecPatch",), _PATCH), (("templateDefaults", "podSpecPatch"), _PATCH),
+        (("podMetadata", "annotations"), _KAI), (("templateDefaults", "metadata", "annotations"), _KAI))]
+    return f" || ({_walk(var, at, '(' + ' || '.join(f'({leaf})' for leaf in leaves) + ')', names)})"
 
 
 def _kai(var: str, ref: PodTemplateRef) -> str:
@@ -114,6 +139,4 @@ def _kai(var: str, ref: PodTemplateRef) -> str:
         return ""
     steps = parse(ref.path)
     base = steps[:-1] if steps[-1:] == ("spec",) else steps
-    leaf = ("has(@.metadata) && has(@.metadata.annotations) && type(@.metadata.annotations) == map && "
-            "('gpu-fraction' in @.metadata.annotations || 'gpu-memory' in @.metadata.annotations)")
-    return f" || ({_walk(var, base, leaf, _Names())})"
+    return f" || ({_walk(var, (*base, 'metadata', 'annotations'), _KAI, _Names())})"

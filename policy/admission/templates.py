@@ -257,7 +257,7 @@ class KindTable:
         for kind in kinds:
             self._by_key.setdefault((kind.group, kind.kind), kind)
             self._by_kind.setdefault(kind.kind, kind)
-        self._steps = {(id(kind), id(ref)): _RefSteps.of(ref, (kind.group, kind.kind) in ARGO_KINDS)
+        self._steps = {(id(kind), id(ref)): _RefSteps.of(kind, ref)
                        for kind in kinds for ref in kind.templates}
 
     def kind_of(self, obj: Any) -> WorkloadKind | None:
@@ -299,16 +299,14 @@ class _RefSteps:
     """Where an Argo kind's WorkflowSpec is, for templates at its ``templates[*]``: their pods get its fields."""
 
     @classmethod
-    def of(cls, ref: PodTemplateRef, argo: bool = False) -> _RefSteps:
+    def of(cls, kind: WorkloadKind, ref: PodTemplateRef) -> _RefSteps:
         own = POD_SPEC_FIELDS if ref.spec_fields is None else POD_SPEC_FIELDS.intersection(ref.spec_fields)
         path = parse(ref.path)
-        head = path[:-2]
-        workflow = tuple(s for s in head if isinstance(s, str)) \
-            if argo and path[-2:] == ("templates", _ITEMS) and all(isinstance(s, str) for s in head) else None
         return cls(path, parse(ref.pod_spec),
                    tuple((parse(c.path), c.name or c.path, c.resources, c.init) for c in ref.containers),
                    parse(ref.pod_spec_patch) if ref.pod_spec_patch else None,
-                   tuple((parse(k.path), k.field, k.resource) for k in ref.gpu_keys), frozenset(own), workflow)
+                   tuple((parse(k.path), k.field, k.resource) for k in ref.gpu_keys), frozenset(own),
+                   workflow_at(kind, ref))
 
 
 def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, steps: _RefSteps,
@@ -440,6 +438,19 @@ ARGO_KINDS = frozenset(("argoproj.io", k) for k in ("Workflow", "WorkflowTemplat
 #: The template types Argo runs as a pod of their own (wfv1.Template.GetType; steps, dag, suspend run none; http
 #: and plugin run in the workflow's agent pod, which takes no workflow placement).
 _POD_TYPES = ("container", "script", "containerSet", "resource", "data")
+
+
+def workflow_at(kind: WorkloadKind, ref: PodTemplateRef) -> tuple[str, ...] | None:
+    """Where an Argo kind's WorkflowSpec is, for a ref to the ``templates[*]`` under it (spec, spec.workflowSpec):
+    the fields of that spec (podMetadata, podSpecPatch, templateDefaults, placement) reach each template's pod.
+    None for any other kind or ref."""
+    if (kind.group, kind.kind) not in ARGO_KINDS:
+        return None
+    path = parse(ref.path)
+    head = path[:-2]
+    if path[-2:] != ("templates", _ITEMS) or not all(isinstance(s, str) for s in head):
+        return None
+    return tuple(s for s in head if isinstance(s, str))
 #: The placement Argo takes from the template, else the steps or DAG template that runs it, else the workflow.
 _PLACEMENT = ("nodeSelector", "affinity", "tolerations")
 

@@ -330,6 +330,11 @@ def test_a_kai_annotation_on_a_custom_resources_template_is_sent_where_the_engin
         target = target[part]
     target["metadata"] = {"annotations": {"gpu-fraction": "0.5"}}
     assert sent(obj)
+    # the engine judges it there: prod may not share
+    assert not _mixed_fleet_engine().evaluate(obj, tenants=("prod",)).allowed
+
+
+def _mixed_fleet_engine() -> Any:
     from pathlib import Path
 
     from policy.admission.engine import Engine
@@ -337,9 +342,56 @@ def test_a_kai_annotation_on_a_custom_resources_template_is_sent_where_the_engin
     from policy.resolved.offers import build_admission_policy
 
     spec = Path(__file__).resolve().parents[2] / "examples" / "clusters" / "mixed-fleet" / "cluster.yaml"
-    engine = Engine(build_admission_policy(load_policy_or_raise(spec.read_text(encoding="utf-8"),
-                                                                filename="cluster.yaml")))
-    assert not engine.evaluate(obj, tenants=("prod",)).allowed  # the engine judges it there: prod may not share
+    return Engine(build_admission_policy(load_policy_or_raise(spec.read_text(encoding="utf-8"),
+                                                              filename="cluster.yaml")))
+
+
+def _argo(kind: str, **workflow_spec: Any) -> Obj:
+    """An Argo object of ``kind`` whose one container template asks for nothing itself."""
+    spec: Obj = {"entrypoint": "t", "templates": [{"name": "t", "container": {"name": "main", "image": "x"}}],
+                 **workflow_spec}
+    return {"apiVersion": "argoproj.io/v1alpha1", "kind": kind, "metadata": {"name": "w", "namespace": "team"},
+            "spec": {"schedule": "0 * * * *", "workflowSpec": spec} if kind == "CronWorkflow" else spec}
+
+
+_GPU_PATCH = '{"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}'
+_WORKFLOW_WIDE = {
+    "spec.podSpecPatch": {"podSpecPatch": _GPU_PATCH},
+    "templateDefaults.podSpecPatch": {"templateDefaults": {"podSpecPatch": _GPU_PATCH}},
+    "podMetadata KAI annotation": {"podMetadata": {"annotations": {"gpu-fraction": "0.5"}}},
+    "templateDefaults.metadata KAI annotation": {
+        "templateDefaults": {"metadata": {"annotations": {"gpu-memory": "2000"}}}},
+    "a patch spelling nvidia.com with an escape": {
+        "podSpecPatch": _GPU_PATCH.replace("nvidia.com", "nvidia\\u002ecom")},
+}
+
+
+@pytest.mark.parametrize("kind", ["Workflow", "WorkflowTemplate", "ClusterWorkflowTemplate", "CronWorkflow"])
+@pytest.mark.parametrize("case", list(_WORKFLOW_WIDE))
+def test_an_argo_workflow_asking_for_gpus_only_in_its_workflow_wide_fields_is_sent(kind: str, case: str) -> None:
+    """Argo puts the WorkflowSpec's podSpecPatch, podMetadata and templateDefaults into every template's pod, and the
+    engine judges the pod they make: an object asking for GPUs only there must reach it."""
+    plain, asking = _argo(kind), _argo(kind, **_WORKFLOW_WIDE[case])
+    assert not sent(plain)
+    assert sent(asking)
+    engine = _mixed_fleet_engine()
+    assert engine.evaluate(plain, tenants=("prod",)).allowed
+    assert not engine.evaluate(asking, tenants=("prod",)).allowed  # prod may not share: the engine read the GPUs
+
+
+def test_a_template_s_patch_is_sent_however_it_spells_the_resource() -> None:
+    """A podSpecPatch is YAML: an escape spells nvidia.com/gpu without the text holding it, so any patch is sent."""
+    obj = _argo("Workflow")
+    obj["spec"]["templates"][0]["podSpecPatch"] = _GPU_PATCH.replace("nvidia.com", "nvidia\\u002ecom")
+    assert sent(obj)
+    assert not _mixed_fleet_engine().evaluate(obj, tenants=("prod",)).allowed
+
+
+@pytest.mark.parametrize("patch", [{"containers": []}, 7, None, ""])
+def test_a_patch_that_is_no_string_is_not_sent_and_nothing_errors(patch: Any) -> None:
+    """Argo refuses a podSpecPatch that is not a non-empty string, and the engine reads nothing from it."""
+    obj = _argo("Workflow", podSpecPatch=patch, templateDefaults={"podSpecPatch": patch})
+    assert not any(verdicts(obj)[:1])
 
 
 @pytest.mark.parametrize("key", ["worker_groups", "worker-groups", "namespace"])
