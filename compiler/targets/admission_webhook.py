@@ -146,8 +146,17 @@ def match_conditions(kinds: Sequence[WorkloadKind]) -> tuple[tuple[str, str], ..
     )
 
 
-# The engine never denies an UPDATE that leaves the pod spec alone (design.md §4), so such UPDATEs are
-# not sent at all. It keeps controllers working during an outage: the Deployment controller scales and
+def _gpu_annotations(var: str) -> str:
+    """The pod's annotations some rule reads (policy/admission/fractions.py gpu_annotations), as a list of
+    [key, value] pairs inside a one-element list: what an UPDATE must leave alone to be left unsent."""
+    keys = ", ".join(f"'{key}'" for key in sorted(fractions.RULE_ANNOTATIONS))
+    prefixes = " || ".join(f"k.startsWith('{prefix}')" for prefix in fractions.KNOWN_GPU_PREFIXES)
+    return (f"[{_pod_metadata(var)}].map(m, has(m.annotations) ? m.annotations.filter(k, k in [{keys}] || "
+            f"{prefixes}).map(k, [k, m.annotations[k]]) : [])")
+
+
+# The engine never denies an UPDATE that leaves the pod spec and its GPU annotations alone (design.md §4), so
+# such UPDATEs are not sent at all. It keeps controllers working during an outage: the Deployment controller scales and
 # annotates ReplicaSets with plain UPDATEs of the main resource (pkg/controller/deployment/sync.go,
 # scaleReplicaSet), and the garbage collector edits ownerReferences and finalizers the same way. A workload
 # custom resource's templates are under its spec, so a change of its spec is sent.
@@ -155,7 +164,8 @@ _UNCHANGED = (
     "pod-spec-created-or-changed",
     "request.operation != 'UPDATE' || object == null || oldObject == null"
     " || !has(object.spec) || !has(oldObject.spec)"
-    f" || [{_pod_spec('object')}] != [{_pod_spec('oldObject')}]",
+    f" || [{_pod_spec('object')}] != [{_pod_spec('oldObject')}]"
+    f" || {_gpu_annotations('object')} != {_gpu_annotations('oldObject')}",
 )
 #: The conditions for the built-in workload-kinds table (a spec that adds kinds gets match_conditions of its own).
 MATCH_CONDITIONS = match_conditions(DEFAULT_WORKLOAD_KINDS)

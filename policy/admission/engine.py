@@ -246,18 +246,23 @@ class Engine:
             if denied is not None:
                 return denied
         request = ask.request if ask is not None else None
+        fraction = ask.fraction if ask is not None else None
+        unread = ask is None  # the fraction: read once, here for an UPDATE, else where the verdict is not remembered
         if operation == "UPDATE":
             request = request if request is not None else read_gpu_request(workload)
-            if request.empty:
+            if unread:
+                fraction, unread = fractions.read(obj, workload), False
+            if request.empty and fraction is None:
                 return ALLOWED
-            if self._unchanged(workload, request, old_obj):
+            if self._unchanged(obj, workload, request, old_obj):
                 return Decision(True, (), workload.subject, checked=True)
         names = _tenant_names(tenants)
         template = without_instance_fields(obj)
         key = _memo_key(template, names, _node_part(workload, known, self._nodes)) if self._memo_size else None
         judged = self._memo.get(key, _UNJUDGED) if key is not None else _UNJUDGED
         if judged is _UNJUDGED:
-            fraction = ask.fraction if ask is not None else fractions.read(template, workload)
+            if unread:
+                fraction = fractions.read(template, workload)
             judged = self._judge(template, workload, names, request, fraction, expired, known)
             if key is not None:
                 if len(self._memo) >= self._memo_size:
@@ -564,12 +569,15 @@ class Engine:
                 self._lacks[key] = found
         return found
 
-    def _unchanged(self, new: Workload, request: GpuRequest, old_obj: Mapping[str, Any] | None) -> bool:
-        """Ratcheting (Kyverno-style): an UPDATE keeping GPU requests and placement cannot make things worse."""
+    def _unchanged(self, obj: Mapping[str, Any], new: Workload, request: GpuRequest,
+                   old_obj: Mapping[str, Any] | None) -> bool:
+        """Ratcheting (Kyverno-style): an UPDATE keeping GPU requests, placement and the GPU annotations cannot make
+        things worse."""
         old = find_workload(old_obj)
-        if old is None or old.spec_path != new.spec_path:
+        if old is None or old_obj is None or old.spec_path != new.spec_path:
             return False
-        return read_gpu_request(old) == request and placement_fields(old) == placement_fields(new)
+        return (read_gpu_request(old) == request and placement_fields(old) == placement_fields(new)
+                and fractions.gpu_annotations(old_obj, old) == fractions.gpu_annotations(obj, new))
 
 
 def without_instance_fields(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -39,6 +39,8 @@ KAI_KEYS = frozenset({GPU_FRACTION, GPU_MEMORY, FRACTION_DEVICES, FRACTION_CONTA
 KNOWN_GPU_KEYS = KAI_KEYS | {hami.USE_GPUTYPE, hami.NOUSE_GPUTYPE, hami.VGPU_MODE, hami.GPU_SCHEDULER_POLICY,
                              hami.NODE_SCHEDULER_POLICY, "nvidia.com/use-gpuuuid", "nvidia.com/nouse-gpuuuid"}
 KNOWN_GPU_PREFIXES = ("hami.io/", "cdi.k8s.io/", "kai.scheduler/")
+#: The annotation keys some rule reads: KAI's (MPS mode included), HAMi's and NVIDIA's.
+RULE_ANNOTATIONS = KNOWN_GPU_KEYS | {MPS}
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,14 @@ def annotations_of(obj: Mapping[str, Any], workload: Workload) -> tuple[Mapping[
     path = (*workload.spec_path[:-1], "metadata", "annotations")
     found = descend(obj, path)
     return (found if is_mapping(found) else {}), path
+
+
+def gpu_annotations(obj: Mapping[str, Any], workload: Workload) -> tuple[tuple[str, Any], ...]:
+    """The pod's annotations that KAI, HAMi or NVIDIA's tools read, sorted: what an UPDATE must keep for the
+    verdict to stay the one the object had (a gpu-fraction added to a template asks for a GPU)."""
+    annotations, _ = annotations_of(obj, workload)
+    return tuple(sorted((k, v) for k, v in annotations.items() if isinstance(k, str) and (
+        k in RULE_ANNOTATIONS or k.startswith(KNOWN_GPU_PREFIXES))))
 
 
 def read(obj: Mapping[str, Any], workload: Workload) -> Fraction | None:

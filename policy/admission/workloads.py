@@ -374,9 +374,11 @@ def read_placement(workload: Workload, *, tolerations: bool = True) -> Placement
 
 def placement_fields(workload: Workload) -> tuple[Any, ...]:
     """The raw fields placement is read from, for comparing an UPDATE's old and new object (tolerations and
-    nodeName included: they decide which tainted classes and which node the pod may reach)."""
+    nodeName included: they decide which tainted classes and which node the pod may reach; schedulerName: HAMi's
+    vGPUs are allocated only by its scheduler)."""
     spec = workload.pod_spec
-    return spec.get("nodeSelector"), descend(spec, REQUIRED_AFFINITY), spec.get("tolerations"), spec.get("nodeName")
+    return (spec.get("nodeSelector"), descend(spec, REQUIRED_AFFINITY), spec.get("tolerations"), spec.get("nodeName"),
+            spec.get("schedulerName"))
 
 
 def pinned_node(obj: Any) -> str | None:

@@ -205,6 +205,22 @@ def test_an_update_that_moves_a_gpu_workload_to_other_nodes_is_sent(kind: str) -
 
 
 @pytest.mark.parametrize("kind", CONTROLLERS)
+@pytest.mark.parametrize(("key", "value"), [
+    ("gpu-fraction", "0.5"), ("gpu-memory", "2000"), ("nvidia.com/vgpu-mode", "mig"),
+    ("hami.io/gpu-scheduler-policy", "spread")])
+def test_an_update_that_changes_only_a_gpu_annotation_of_the_template_is_sent(kind: str, key: str, value: str) -> None:
+    """KAI's fractions and HAMi's choices are annotations of the pod: an UPDATE adding one changes what the pods ask
+    for with the pod spec untouched, and the engine judges it (policy/admission/engine.py _unchanged)."""
+    old = KINDS[kind](GPU_SPECS["whole gpu limit"] if key.startswith(("nvidia.com/", "hami.io/"))
+                      else PLAIN_SPECS["cpu and memory only"])
+    new = copy.deepcopy(old)
+    template = new["spec"]["jobTemplate"]["spec"]["template"] if kind == "CronJob" else new["spec"]["template"]
+    template.setdefault("metadata", {})["annotations"] = {key: value}
+    assert sent(new, old=old)
+    assert not sent(old, old=copy.deepcopy(old))
+
+
+@pytest.mark.parametrize("kind", CONTROLLERS)
 def test_an_update_that_leaves_the_pod_spec_alone_is_not_sent(kind: str) -> None:
     # Scaling, relabelling and a controller's bookkeeping (the Deployment controller's ReplicaSet updates,
     # the garbage collector's finalizers) keep working while the webhook is down.

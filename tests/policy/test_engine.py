@@ -238,6 +238,26 @@ def test_an_update_that_changes_tolerations_or_the_node_is_evaluated(field: str,
     assert not engine_for("tke-l20-t4").evaluate(new, operation="UPDATE", old_obj=old).allowed
 
 
+def test_an_update_that_moves_a_vgpu_workload_off_hamis_scheduler_is_evaluated() -> None:
+    # HAMi allocates its vGPUs only through its own scheduler: a new schedulerName changes what the pods get.
+    old = deployment({GPU: 1, "nvidia.com/gpumem": 4000})
+    new = deployment({GPU: 1, "nvidia.com/gpumem": 4000}, schedulerName="volcano")
+    engine = engine_for("vgpu-platform")
+    assert engine.evaluate(old, tenants=("platform",)).allowed
+    decision = engine.evaluate(new, tenants=("platform",), operation="UPDATE", old_obj=old)
+    assert [d.code for d in decision.diagnostics] == ["hami-scheduler-bypassed"]
+
+
+def test_an_update_that_adds_a_kai_fraction_to_a_template_without_gpu_resources_is_evaluated() -> None:
+    old = deployment({"cpu": "1"})
+    new = copy.deepcopy(old)
+    new["spec"]["template"]["metadata"] = {"annotations": {"gpu-fraction": "0.5"}}
+    engine = engine_for("mixed-fleet")
+    assert not engine.evaluate(new, tenants=("prod",)).allowed  # prod may not share
+    assert not engine.evaluate(new, tenants=("prod",), operation="UPDATE", old_obj=old).allowed
+    assert engine.evaluate(new, tenants=("prod",), operation="UPDATE", old_obj=copy.deepcopy(new)).allowed
+
+
 def test_an_update_that_changes_the_gpu_request_is_evaluated() -> None:
     decision = engine_for("tke-l20-t4").evaluate(deployment({GPU: 2}), operation="UPDATE",
                                                  old_obj=deployment({GPU: 1}))

@@ -374,8 +374,10 @@ def test_a_read_only_file_system_is_reported_as_such_not_as_permission_denied(
         ("mkdir", errno.EROFS, "the file system is read-only"),
         ("rename", errno.EROFS, "the file system is read-only"),
         ("rename", errno.EACCES, "permission denied"),
-        ("open", errno.ENOSPC, "No space left on device"),
-        ("open", errno.EDQUOT, "Disk quota exceeded"),
+        ("write", errno.ENOSPC, "No space left on device"),
+        ("write", errno.EDQUOT, "Disk quota exceeded"),
+        ("write", errno.EIO, "Input/output error"),
+        ("open", errno.EMFILE, "Too many open files"),
         ("open", errno.EIO, "Input/output error"),
     ],
 )
@@ -390,11 +392,19 @@ def test_an_os_error_at_any_step_of_the_write_is_a_clear_exit_2_and_the_old_tree
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise OSError(code, os.strerror(code), str(args[0]) if args else None)
 
-    if failing == "open":
-        monkeypatch.setattr(writer, "open", fail, raising=False)  # the writer's own open(path, "xb")
-    elif failing == "mkdir":
+    if failing == "mkdir":
         monkeypatch.setattr(writer.Path, "mkdir", fail)
-    else:
+        monkeypatch.setattr(writer.os, "mkdir", fail)  # the staging tree's directories
+    elif failing == "open":  # creating a file of the staging tree (reading the old tree's marker still works)
+        real_open = os.open
+
+        def create_fails(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+            if flags & os.O_CREAT:
+                fail(path)
+            return real_open(path, flags, *args, **kwargs)
+
+        monkeypatch.setattr(writer.os, "open", create_fails)
+    else:  # os.write: each file of the staging tree is written through its own descriptor
         monkeypatch.setattr(writer.os, failing, fail)
         if failing == "rename":
             monkeypatch.setattr(writer, "_exchange", lambda a, b: False)  # the two-rename path
