@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 
 from policy.admission.fractions import ASKING
-from policy.admission.templates import parse, workflow_at
+from policy.admission.templates import DEFAULTED_CONTAINERS, parse, workflow_at
 from policy.spec import workload_kinds
 from policy.spec.model import ClusterGPUPolicy, PodTemplateRef, WorkloadKind
 
@@ -117,17 +117,18 @@ _KAI = "type(@) == map && (" + " || ".join(f"'{key}' in @" for key in ASKING) + 
 
 
 def _workflow(var: str, kind: WorkloadKind, ref: PodTemplateRef) -> str:
-    """`` || CEL`` true when an Argo kind's WorkflowSpec gives the templates' pods a podSpecPatch or KAI
-    annotations (spec.podSpecPatch, templateDefaults.podSpecPatch, podMetadata and templateDefaults.metadata:
-    what the engine applies to each template's pod, policy/admission/templates.py _Workflow); "" for other
-    kinds."""
+    """`` || CEL`` true when an Argo kind's WorkflowSpec gives the templates' pods a podSpecPatch, KAI annotations
+    or nvidia.com/ resources (spec.podSpecPatch, templateDefaults.podSpecPatch, podMetadata,
+    templateDefaults.metadata, templateDefaults.container and .script: what the engine applies to each template's
+    pod, policy/admission/templates.py _Workflow); "" for other kinds."""
     at = workflow_at(kind, ref)
     if at is None:
         return ""
     names = _Names()
     leaves = [_walk("@", steps, leaf, names) for steps, leaf in (
         (("podSpecPatch",), _PATCH), (("templateDefaults", "podSpecPatch"), _PATCH),
-        (("podMetadata", "annotations"), _KAI), (("templateDefaults", "metadata", "annotations"), _KAI))]
+        (("podMetadata", "annotations"), _KAI), (("templateDefaults", "metadata", "annotations"), _KAI),
+        *((("templateDefaults", main), _resources("resources")) for main in DEFAULTED_CONTAINERS))]
     return f" || ({_walk(var, at, '(' + ' || '.join(f'({leaf})' for leaf in leaves) + ')', names)})"
 
 

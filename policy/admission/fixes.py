@@ -94,14 +94,19 @@ def _writable(doc: Doc, path: Path) -> Any:
 
 
 def _put(doc: Doc, path: Path, value: Any) -> PatchOp:
-    """Set ``path`` to ``value``; a missing parent mapping (nodeSelector, limits) is created with it."""
-    parent = _writable(doc, path[:-1])
-    if isinstance(parent, dict):
-        parent[path[-1]] = value
-        return {"op": "add", "path": path, "value": value}
-    grand = _writable(doc, path[:-2])
-    grand[path[-2]] = {path[-1]: value}
-    return {"op": "add", "path": path[:-1], "value": {path[-1]: value}}
+    """Set ``path`` to ``value``; missing parent mappings (a nodeSelector, a container's resources and limits) are
+    created with it, by one ``add`` at the deepest mapping the object has."""
+    for depth in range(len(path) - 1, -1, -1):
+        parent = _writable(doc, path[:depth])
+        if isinstance(parent, dict):
+            added = value
+            for part in reversed(path[depth + 1:]):
+                added = {part: added}
+            parent[path[depth]] = added
+            return {"op": "add", "path": path[:depth + 1], "value": added}
+        if parent is not None or depth == 0:
+            break  # a list or a scalar on the way: no mapping to add the field to
+    raise ValueError(f"no mapping to write {path} into")
 
 
 def _remove(doc: Doc, path: Path) -> list[PatchOp]:

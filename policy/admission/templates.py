@@ -318,18 +318,21 @@ def _template(obj: Mapping[str, Any], value: Mapping[str, Any], path: Path, step
              for section in ("containers", "initContainers")}
     moved: dict[tuple[str, int], Path] = {}
     renamed: dict[tuple[str, int], str] = {}
+    sources = _Sources()
     for ref_steps, name, resources, init in steps.containers:
         section = "initContainers" if init else "containers"
         for item, where in walk(value, ref_steps, path):
             if is_mapping(item):
-                moved[(section, len(lists[section]))] = where
+                index = (section, len(lists[section]))
+                moved[index] = where
                 if resources != "resources":
-                    renamed[(section, len(lists[section]))] = resources
+                    renamed[index] = resources
+                if context is not None:
+                    item = context.defaulted_container(ref_steps, item, index, sources)
                 lists[section].append(_container(item, name, resources))
     # Only pod spec fields: the template's own fields (an Argo template's name, inputs, outputs) are no part of the
     # Pod, and would make identical templates different Pods to the engine's memo.
     own = spec if all(k in steps.own for k in spec) else {k: v for k, v in spec.items() if k in steps.own}
-    sources = _Sources()
     extra = context.placement(own, spec_path, sources) if context is not None else {}
     before = set(moved.items())
     for text, where in _patches(value, path, steps, context):
@@ -438,6 +441,8 @@ ARGO_KINDS = frozenset(("argoproj.io", k) for k in ("Workflow", "WorkflowTemplat
 #: The template types Argo runs as a pod of their own (wfv1.Template.GetType; steps, dag, suspend run none; http
 #: and plugin run in the workflow's agent pod, which takes no workflow placement).
 _POD_TYPES = ("container", "script", "containerSet", "resource", "data")
+#: The template types whose main container Argo merges onto templateDefaults' field of the same name.
+DEFAULTED_CONTAINERS = ("container", "script")
 
 
 def workflow_at(kind: WorkloadKind, ref: PodTemplateRef) -> tuple[str, ...] | None:
@@ -581,6 +586,22 @@ class _Context:
     @property
     def caller_path(self) -> Path | None:
         return (*self.workflow.path, "templates", self.caller) if self.caller is not None else None
+
+    def defaulted_container(self, steps: tuple[Step, ...], item: Mapping[str, Any], index: tuple[str, int],
+                            sources: _Sources) -> Mapping[str, Any]:
+        """The template's main container merged onto templateDefaults' of its type: Argo merges the defaults'
+        ``container`` into a container template's and ``script`` into a script template's, and drops the defaults
+        of every other type (operator.go ``mergedTemplateDefaultsInto``, then ``SetType``). What the container
+        takes from the defaults (a GPU limit for every step) is recorded as theirs: findings point there, and no
+        edit of the template's own fields gives it back."""
+        if len(steps) != 1 or steps[0] not in DEFAULTED_CONTAINERS:
+            return item
+        theirs = self.workflow.defaults.get(steps[0])
+        if not is_mapping(theirs):
+            return item
+        at = (*self.workflow.path, "templateDefaults", str(steps[0]))
+        merged: Mapping[str, Any] = _merge(theirs, item, ("spec", *index), sources, base_at=at)
+        return merged
 
     def placement(self, own: Mapping[str, Any], spec_path: Path, sources: _Sources) -> dict[str, Any]:
         """The placement fields of the pod that differ from the template's own (see _Workflow), where each is

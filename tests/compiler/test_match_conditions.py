@@ -377,6 +377,8 @@ _WORKFLOW_WIDE = {
     "podMetadata KAI annotation": {"podMetadata": {"annotations": {"gpu-fraction": "0.5"}}},
     "templateDefaults.metadata KAI annotation": {
         "templateDefaults": {"metadata": {"annotations": {"gpu-memory": "2000"}}}},
+    "templateDefaults.container resources": {
+        "templateDefaults": {"container": {"resources": {"limits": {"nvidia.com/gpu": 2}}}}},
     "a patch spelling nvidia.com with an escape": {
         "podSpecPatch": _GPU_PATCH.replace("nvidia.com", "nvidia\\u002ecom")},
 }

@@ -238,6 +238,39 @@ def test_template_defaults_merge_into_the_templates_own_placement_key_by_key() -
     assert decision.diagnostics[0].path == ("spec", "templateDefaults", "nodeSelector", "node-pool")
 
 
+@pytest.mark.parametrize("kind", ["container", "script"])
+def test_template_defaults_give_the_main_container_of_a_template_of_their_type_its_resources(kind: str) -> None:
+    """Argo merges templateDefaults' container into a container template's and script into a script template's
+    (operator.go mergedTemplateDefaultsInto, then SetType): a GPU limit there reaches every step's pod."""
+    main = {"image": "trainer:1", **({"source": "train()"} if kind == "script" else {})}
+    defaults = {kind: {"resources": {"limits": {"nvidia.com/gpu": 2}}, "securityContext": {"runAsNonRoot": True}}}
+    obj = workflow({"name": "train", kind: main}, templateDefaults=defaults, nodeSelector=T4)
+    [pod] = pods(obj)
+    assert pod["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": 2}}
+    assert pod["containers"][0]["securityContext"] == {"runAsNonRoot": True}
+    decision = checked(obj, DEV)  # t4-dev shares its GPUs: 2 of them are refused
+    [found] = decision.diagnostics
+    assert found.code == "shared-gpu-request-above-one"
+    assert found.path == ("spec", "templateDefaults", kind, "resources", "limits", "nvidia.com/gpu")
+    # the template's own limit wins over the defaults' (a strategic merge patch of the template onto them), so the
+    # fix writes it there
+    assert found.fix is not None and found.fix.patch == ({"op": "add", "path": ("spec", "templates", 0, kind,
+                                                                                "resources"),
+                                                           "value": {"limits": {"nvidia.com/gpu": 1}}},)
+    own = workflow({"name": "train", kind: {**main, "resources": {"limits": {"nvidia.com/gpu": 1}}}},
+                   templateDefaults=defaults, nodeSelector=T4)
+    assert checked(own, DEV).allowed
+
+
+def test_template_defaults_of_another_type_reach_no_pod() -> None:
+    defaults = {"container": {"resources": {"limits": {"nvidia.com/gpu": 2}}}}
+    script = workflow({"name": "s", "script": {"image": "x", "source": "x"}}, templateDefaults=defaults,
+                      nodeSelector=T4)
+    [pod] = pods(script)
+    assert "resources" not in pod["containers"][0] or not pod["containers"][0]["resources"]
+    assert not any(d.severity == "error" for d in judge(script, DEV).diagnostics)
+
+
 def test_workflow_pod_metadata_annotations_reach_every_pod_and_are_found_there() -> None:
     obj = workflow(step(gpus=0), podMetadata={"annotations": {"gpu-fraction": "0.5"}})
     decision = checked(obj, PROD)  # prod may not share GPUs
