@@ -124,8 +124,8 @@ def _pod_metadata(var: str) -> str:
 
 
 # KAI Scheduler's fractional GPUs are asked by pod annotation, not by resource (policy/admission/fractions.py).
-_ASKS_KAI = (f"[{_pod_metadata('o')}].exists(m, has(m.annotations) && type(m.annotations) == map && ("
-             + " || ".join(f"'{key}' in m.annotations" for key in fractions.ASKING) + "))")
+_ASKS_KAI = (f"[{_pod_metadata('o')}].exists(m, has(m.annotations) && "
+             f"{workload_kinds.KAI_ANNOTATIONS.replace('@', 'm.annotations')})")
 
 
 def match_conditions(kinds: Sequence[WorkloadKind]) -> tuple[tuple[str, str], ...]:

@@ -113,7 +113,7 @@ def _template(var: str, ref: PodTemplateRef) -> str:
 #: any other escape) is nvidia.com/gpu, so no substring test of the text can tell that it asks for none.
 _PATCH = "type(@) == string && size(@) > 0"
 #: KAI Scheduler's annotations (policy/admission/fractions.py) in an annotations map at ``@``.
-_KAI = "type(@) == map && (" + " || ".join(f"'{key}' in @" for key in ASKING) + ")"
+KAI_ANNOTATIONS = "type(@) == map && (" + " || ".join(f"'{key}' in @" for key in ASKING) + ")"
 
 
 def _workflow(var: str, kind: WorkloadKind, ref: PodTemplateRef) -> str:
@@ -127,7 +127,8 @@ def _workflow(var: str, kind: WorkloadKind, ref: PodTemplateRef) -> str:
     names = _Names()
     leaves = [_walk("@", steps, leaf, names) for steps, leaf in (
         (("podSpecPatch",), _PATCH), (("templateDefaults", "podSpecPatch"), _PATCH),
-        (("podMetadata", "annotations"), _KAI), (("templateDefaults", "metadata", "annotations"), _KAI),
+        (("podMetadata", "annotations"), KAI_ANNOTATIONS),
+        (("templateDefaults", "metadata", "annotations"), KAI_ANNOTATIONS),
         *((("templateDefaults", main), _resources("resources")) for main in DEFAULTED_CONTAINERS))]
     return f" || ({_walk(var, at, '(' + ' || '.join(f'({leaf})' for leaf in leaves) + ')', names)})"
 
@@ -140,4 +141,4 @@ def _kai(var: str, ref: PodTemplateRef) -> str:
         return ""
     steps = parse(ref.path)
     base = steps[:-1] if steps[-1:] == ("spec",) else steps
-    return f" || ({_walk(var, (*base, 'metadata', 'annotations'), _KAI, _Names())})"
+    return f" || ({_walk(var, (*base, 'metadata', 'annotations'), KAI_ANNOTATIONS, _Names())})"

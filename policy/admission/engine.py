@@ -247,11 +247,10 @@ class Engine:
                 return denied
         request = ask.request if ask is not None else None
         fraction = ask.fraction if ask is not None else None
-        unread = ask is None  # the fraction: read once, here for an UPDATE, else where the verdict is not remembered
         if operation == "UPDATE":
             request = request if request is not None else read_gpu_request(workload)
-            if unread:
-                fraction, unread = fractions.read(obj, workload), False
+            if ask is None:  # an UPDATE reads it at once: a fraction added to a template asks for a GPU
+                fraction = fractions.read(obj, workload)
             if request.empty and fraction is None:
                 return ALLOWED
             if self._unchanged(obj, workload, request, old_obj):
@@ -261,7 +260,7 @@ class Engine:
         key = _memo_key(template, names, _node_part(workload, known, self._nodes)) if self._memo_size else None
         judged = self._memo.get(key, _UNJUDGED) if key is not None else _UNJUDGED
         if judged is _UNJUDGED:
-            if unread:
+            if ask is None and operation != "UPDATE":  # read only where the verdict is not remembered
                 fraction = fractions.read(template, workload)
             judged = self._judge(template, workload, names, request, fraction, expired, known)
             if key is not None:
@@ -337,7 +336,10 @@ class Engine:
             local = fix.relocated(lambda p: p[len(base):] if p[:len(base)] == base else None)
             if local is None:
                 return None
-            doc, ops = local.apply(part)
+            try:
+                doc, ops = local.apply(part)
+            except ValueError:  # a list or a scalar where the edit writes a field: no patch, the hint keeps it
+                return None
             return replace(fix, patch=tuple({**op, "path": (*base, *op["path"])} for op in ops)), doc
 
         found = patched(d.fix)

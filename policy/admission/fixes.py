@@ -95,17 +95,18 @@ def _writable(doc: Doc, path: Path) -> Any:
 
 def _put(doc: Doc, path: Path, value: Any) -> PatchOp:
     """Set ``path`` to ``value``; missing parent mappings (a nodeSelector, a container's resources and limits) are
-    created with it, by one ``add`` at the deepest mapping the object has."""
+    created with it, by one ``add`` at the deepest mapping the object has, replacing what was there where it is no
+    mapping (as JSON Patch's add replaces a member)."""
     for depth in range(len(path) - 1, -1, -1):
         parent = _writable(doc, path[:depth])
-        if isinstance(parent, dict):
+        if isinstance(parent, dict):  # whatever it holds at path[depth] is replaced, as JSON Patch's add does
             added = value
             for part in reversed(path[depth + 1:]):
                 added = {part: added}
             parent[path[depth]] = added
             return {"op": "add", "path": path[:depth + 1], "value": added}
-        if parent is not None or depth == 0:
-            break  # a list or a scalar on the way: no mapping to add the field to
+        if isinstance(parent, list) and isinstance(path[depth], int):
+            break  # an item the list lacks: nothing to add the field to (a list where a mapping belongs is replaced)
     raise ValueError(f"no mapping to write {path} into")
 
 

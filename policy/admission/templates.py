@@ -443,6 +443,8 @@ ARGO_KINDS = frozenset(("argoproj.io", k) for k in ("Workflow", "WorkflowTemplat
 _POD_TYPES = ("container", "script", "containerSet", "resource", "data")
 #: The template types whose main container Argo merges onto templateDefaults' field of the same name.
 DEFAULTED_CONTAINERS = ("container", "script")
+#: The placement Argo takes from the template, else the steps or DAG template that runs it, else the workflow.
+_PLACEMENT = ("nodeSelector", "affinity", "tolerations")
 
 
 def workflow_at(kind: WorkloadKind, ref: PodTemplateRef) -> tuple[str, ...] | None:
@@ -456,8 +458,6 @@ def workflow_at(kind: WorkloadKind, ref: PodTemplateRef) -> tuple[str, ...] | No
     if path[-2:] != ("templates", _ITEMS) or not all(isinstance(s, str) for s in head):
         return None
     return tuple(s for s in head if isinstance(s, str))
-#: The placement Argo takes from the template, else the steps or DAG template that runs it, else the workflow.
-_PLACEMENT = ("nodeSelector", "affinity", "tolerations")
 
 
 def _has(name: str, value: Any) -> bool:
@@ -592,8 +592,9 @@ class _Context:
         """The template's main container merged onto templateDefaults' of its type: Argo merges the defaults'
         ``container`` into a container template's and ``script`` into a script template's, and drops the defaults
         of every other type (operator.go ``mergedTemplateDefaultsInto``, then ``SetType``). What the container
-        takes from the defaults (a GPU limit for every step) is recorded as theirs: findings point there, and no
-        edit of the template's own fields gives it back."""
+        takes from the defaults (a GPU limit for every step) is recorded as theirs: findings point there; an edit
+        of the template's own container overrides it (the template is merged onto the defaults) but cannot remove
+        it."""
         if len(steps) != 1 or steps[0] not in DEFAULTED_CONTAINERS:
             return item
         theirs = self.workflow.defaults.get(steps[0])
