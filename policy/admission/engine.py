@@ -336,10 +336,7 @@ class Engine:
             local = fix.relocated(lambda p: p[len(base):] if p[:len(base)] == base else None)
             if local is None:
                 return None
-            try:
-                doc, ops = local.apply(part)
-            except ValueError:  # a list or a scalar where the edit writes a field: no patch, the hint keeps it
-                return None
+            doc, ops = local.apply(part)
             return replace(fix, patch=tuple({**op, "path": (*base, *op["path"])} for op in ops)), doc
 
         found = patched(d.fix)
